@@ -1,0 +1,85 @@
+// libflashattn public C++ API.
+//
+// Exact attention O = softmax(Q·Kᵀ·scale)·V computed tile by tile with online
+// softmax (FlashAttention), so no seqlen_q × seqlen_kv matrix is ever stored.
+// One call, dispatched at run time to the reference, CPU, CUDA or HIP backend.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flash {
+
+// Storage type of q, k, v, o (and dout, dq, dk, dv). Accumulation is f32 or better.
+enum class DType { f32, f16, bf16 };
+
+enum class Backend { automatic, reference, cpu, cuda, hip };
+
+// Element strides. All zero means packed [batch, seq, heads, dim] (FlashAttention's
+// layout). The last dimension (head_dim or head_dim_v) is always contiguous.
+struct Strides {
+  int64_t batch = 0, seq = 0, head = 0;
+};
+
+struct AttentionDesc {
+  int64_t batch = 1;
+  int64_t seqlen_q = 0;
+  int64_t seqlen_kv = 0;
+  int64_t heads_q = 1;
+  int64_t heads_kv = 1;    // heads_q % heads_kv == 0 (GQA/MQA)
+  int64_t head_dim = 0;    // of q and k
+  int64_t head_dim_v = 0;  // of v and o; 0 = head_dim
+  DType dtype = DType::f32;
+  float scale = 0.0f;  // 0 = 1/sqrt(head_dim)
+  bool causal = false;
+  // Mask (FlashAttention >= 2.1, bottom-right aligned): with
+  // diag = i + seqlen_kv - seqlen_q, row i sees key j iff
+  // (!causal || j <= diag) && (window_left < 0 || j >= diag - window_left)
+  //                        && (window_right < 0 || j <= diag + window_right).
+  int64_t window_left = -1;   // -1 = unbounded
+  int64_t window_right = -1;  // -1 = unbounded
+  float softcap = 0.0f;       // 0 = off; else s <- softcap * tanh(s / softcap) after scaling
+  // Backward: dout uses o_stride, dq q_stride, dk k_stride, dv v_stride.
+  Strides q_stride, k_stride, v_stride, o_stride;
+  float* lse = nullptr;  // optional output, f32 [batch, heads_q, seqlen_q], natural log
+  Backend backend = Backend::automatic;
+  void* stream = nullptr;  // cudaStream_t / hipStream_t for GPU backends; null = default
+};
+
+// Thrown for every bad input or unavailable backend. The message names the field
+// or backend, the value, and what is allowed.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Forward. Rows that see no key get o = 0 and lse = -inf. seqlen_q = 0 is a no-op.
+void attention(const AttentionDesc& desc, const void* q, const void* k, const void* v,
+               void* o);
+
+// Backward. lse is the forward's (natural log). dk/dv are summed over the query
+// heads that share a KV head.
+void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
+                        const void* v, const void* o, const void* dout, const float* lse,
+                        void* dq, void* dk, void* dv);
+
+struct BackendInfo {
+  Backend backend;
+  bool available;
+  std::string reason;  // why not available
+  std::string detail;  // device name, SIMD target, ...
+};
+
+// Every backend this build knows, available or not.
+std::vector<BackendInfo> backends();
+
+// "automatic", "reference", "cpu", "cuda", "hip" / "f32", "f16", "bf16".
+const char* to_string(Backend backend);
+const char* to_string(DType dtype);
+
+// Library version, "MAJOR.MINOR.PATCH".
+const char* version();
+
+}  // namespace flash
