@@ -10,6 +10,12 @@
 #include <string>
 #include <vector>
 
+#if defined(_WIN32)
+#define FLASH_API __declspec(dllexport)
+#else
+#define FLASH_API __attribute__((visibility("default")))
+#endif
+
 namespace flash {
 
 // Storage type of q, k, v, o (and dout, dq, dk, dv). Accumulation is f32 or better.
@@ -50,18 +56,26 @@ struct AttentionDesc {
 
 // Thrown for every bad input or unavailable backend. The message names the field
 // or backend, the value, and what is allowed.
-class Error : public std::runtime_error {
+class FLASH_API Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // What kind of failure; the C API maps it to its status code.
+  enum class Kind { invalid_argument, unsupported, runtime };
+
+  explicit Error(const std::string& message, Kind kind = Kind::invalid_argument)
+      : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const noexcept { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
 // Forward. Rows that see no key get o = 0 and lse = -inf. seqlen_q = 0 is a no-op.
-void attention(const AttentionDesc& desc, const void* q, const void* k, const void* v,
+FLASH_API void attention(const AttentionDesc& desc, const void* q, const void* k, const void* v,
                void* o);
 
 // Backward. lse is the forward's (natural log). dk/dv are summed over the query
 // heads that share a KV head.
-void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
+FLASH_API void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
                         const void* v, const void* o, const void* dout, const float* lse,
                         void* dq, void* dk, void* dv);
 
@@ -73,13 +87,13 @@ struct BackendInfo {
 };
 
 // Every backend this build knows, available or not.
-std::vector<BackendInfo> backends();
+FLASH_API std::vector<BackendInfo> backends();
 
 // "automatic", "reference", "cpu", "cuda", "hip" / "f32", "f16", "bf16".
-const char* to_string(Backend backend);
-const char* to_string(DType dtype);
+FLASH_API const char* to_string(Backend backend);
+FLASH_API const char* to_string(DType dtype);
 
 // Library version, "MAJOR.MINOR.PATCH".
-const char* version();
+FLASH_API const char* version();
 
 }  // namespace flash

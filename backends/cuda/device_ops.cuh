@@ -1,0 +1,123 @@
+// Thin wrappers over the PTX instructions the tensor-core kernels are built from:
+// cp.async (global -> shared, 16 bytes, zero-filled when out of range), ldmatrix
+// (shared -> mma fragments, plain and transposed) and mma.sync m16n8k16 with f32
+// accumulators. Also the shared-memory swizzle every tile uses.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace flash::cuda {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies 16 bytes when `valid`, else writes 16 zero bytes (src-size 0 reads nothing).
+// Zero fill matters: rows past seqlen_kv must be 0, not garbage, because P·V multiplies
+// them by p = 0 and 0 * NaN would poison the output.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a·b for one m16n8k16 tile; a: 4 regs (row-major 16x16), b: 2 regs (col-major 16x8).
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats -> one register holding two T (low half = first).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half22float2(*reinterpret_cast<__half2*>(&v));
+  } else {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+  }
+}
+
+// Swizzle of 16-byte chunks inside a row-major [rows][kChunks] tile of 16-byte chunks.
+// ldmatrix reads one chunk column from 8 consecutive rows; without a swizzle rows whose
+// byte offsets differ by a multiple of 128 share banks. XOR-ing the chunk index with
+// row bits spreads the 8 reads over 8 distinct 16-byte bank groups:
+//  - rows of 8k chunks (128k bytes): chunk ^ (row & 7), inside aligned groups of 8;
+//  - rows of 8k+4 chunks (an odd multiple of 64 bytes): odd rows already sit 64 bytes
+//    over, so chunk ^ ((row >> 1) & 3), inside aligned groups of 4.
+template <int kChunks>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  static_assert(kChunks % 4 == 0, "rows must be a multiple of 64 bytes");
+  if constexpr (kChunks % 8 == 0) {
+    return chunk ^ (row & 7);
+  } else {
+    return chunk ^ ((row >> 1) & 3);
+  }
+}
+
+// Address (shared window) of chunk `chunk` of row `row` in a swizzled tile.
+template <int kChunks>
+__device__ __forceinline__ uint32_t tile_addr(uint32_t base, int row, int chunk) {
+  return base + (row * kChunks + swizzle<kChunks>(row, chunk)) * 16;
+}
+
+// Loads rows [row0, row0 + kRows) x columns [0, kChunks*8) of a global row-major
+// matrix (row stride `stride` elements) into a swizzled tile with cp.async.
+// Rows >= nrows and columns >= ncols are zero-filled.
+template <int kRows, int kChunks, int kThreads, class T>
+__device__ __forceinline__ void load_tile_async(uint32_t smem_base, const T* g, int64_t stride,
+                                                int row0, int nrows, int ncols) {
+  constexpr int kTotal = kRows * kChunks;
+  static_assert(kTotal % kThreads == 0, "tile chunks must split evenly over threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / kThreads; ++it) {
+    const int idx = it * kThreads + threadIdx.x;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = (row0 + r < nrows) && (c * 8 < ncols);
+    const T* src = valid ? g + (int64_t)(row0 + r) * stride + c * 8 : g;
+    cp_async_16(tile_addr<kChunks>(smem_base, r, c), src, valid);
+  }
+}
+
+}  // namespace flash::cuda

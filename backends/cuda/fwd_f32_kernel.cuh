@@ -1,0 +1,173 @@
+// Forward attention for f32 inputs with plain f32 FMA (no TF32), the default f32 path.
+//
+// Algorithm: one block per (16 query rows, head, batch), 4 warps of 4 rows each. Per
+// tile of 32 keys (one per lane): each lane computes its key's score against the
+// warp's 4 rows (Q rows are read as broadcasts, K rows padded so lanes hit distinct
+// banks), the warp reduces the row max with shuffles, and P·V runs with lane-owned
+// output columns (lane, lane+32, ...). Online softmax with expf in natural units, the
+// same operations a naive f32 evaluation does, so errors stay at f32 rounding level.
+// Tolerance class: f32 (FMA accumulation, relative error ~1e-6).
+// Measured speed and how to run: see backends/cuda/RESULTS-cuda.md.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "device_ops.cuh"
+#include "kernel_params.hpp"
+#include "mask.cuh"
+#include "tile_configs.hpp"
+
+namespace flash::cuda {
+
+// Loads rows [row0, row0 + kRows) (first `ncols` columns, rest zero) of an f32 matrix
+// into a tile with rows of kRowFloats floats.
+template <int kRows, int kDim, int kRowFloats, int kThreads>
+__device__ __forceinline__ void load_f32_rows(float* tile, const float* g, int64_t stride,
+                                              int row0, int nrows, int ncols) {
+  constexpr int kChunks = kDim / 4;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = (row0 + r < nrows) && (c * 4 < ncols);
+    const float* src = valid ? g + (int64_t)(row0 + r) * stride + c * 4 : g;
+    cp_async_16(smem_addr(tile + r * kRowFloats + c * 4), src, valid);
+  }
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(const FwdParams p) {
+  using C = FwdF32Config;
+  constexpr int R = C::kRowsPerWarp, BK = C::kBlockKV, kThreads = C::kWarps * 32;
+  constexpr int RF = FwdF32Smem<kDim>::kRowFloats;
+  constexpr int CT = kDim / 32;  // output columns per lane
+  static_assert(BK == 32, "one key per lane");
+  static_assert(kDim % 32 == 0, "columns split evenly over lanes");
+
+  extern __shared__ __align__(16) float fsmem[];
+  float* sQ = fsmem;
+  float* sK = sQ + C::kBlockQ * RF;
+  float* sV = sK + BK * RF;
+
+  const int head = blockIdx.y;
+  const int64_t batch = (int64_t)blockIdx.z + p.batch_offset;
+  const int kv_head = head / p.group;
+  const int sq = p.mask.seqlen_q, skv = p.mask.seqlen_kv;
+  const float* q = static_cast<const float*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[2];
+  const float* k =
+      static_cast<const float*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[2];
+  const float* v =
+      static_cast<const float*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[2];
+  float* o = static_cast<float*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = blockIdx.x * C::kBlockQ;
+  const int q_last = min(q0 + C::kBlockQ, sq) - 1;
+  const int row0 = q0 + warp * R;  // this warp's first row
+  const KeyRange keys = visible_keys(p.mask, q0, q_last);
+  const bool use_softcap = p.softcap > 0.f;
+  const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
+
+  load_f32_rows<C::kBlockQ, kDim, RF, kThreads>(sQ, q, p.q_stride[1], q0, sq, p.head_dim);
+  cp_async_commit();
+
+  float acc[R][CT], row_max[R], row_sum[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.f;
+#pragma unroll
+    for (int t = 0; t < CT; ++t) acc[r][t] = 0.f;
+  }
+
+  for (int k0 = keys.begin - keys.begin % BK; k0 < keys.end; k0 += BK) {
+    __syncthreads();  // everyone is done with the previous K/V tile
+    load_f32_rows<BK, kDim, RF, kThreads>(sK, k, p.k_stride[1], k0, skv, p.head_dim);
+    load_f32_rows<BK, kDim, RF, kThreads>(sV, v, p.v_stride[1], k0, skv, p.head_dim_v);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = 0.f;
+    const float4* krow = reinterpret_cast<const float4*>(sK + lane * RF);
+#pragma unroll 4
+    for (int c = 0; c < kDim / 4; ++c) {
+      const float4 kv = krow[c];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 qv = reinterpret_cast<const float4*>(sQ + (warp * R + r) * RF)[c];
+        s[r] = fmaf(qv.x, kv.x, s[r]);
+        s[r] = fmaf(qv.y, kv.y, s[r]);
+        s[r] = fmaf(qv.z, kv.z, s[r]);
+        s[r] = fmaf(qv.w, kv.w, s[r]);
+      }
+    }
+
+    const int key = k0 + lane;
+    float pr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float x = s[r] * p.scale;
+      if (use_softcap) x = p.softcap * tanhf(s[r] * cap_in);
+      if (!key_visible(p.mask, row0 + r, key)) x = -INFINITY;
+      float mx = x;
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      mx = fmaxf(mx, row_max[r]);
+      const float base = mx == -INFINITY ? 0.f : mx;  // no visible key yet: avoid inf - inf
+      const float alpha = expf(row_max[r] - base);
+      row_max[r] = mx;
+      pr[r] = expf(x - base);
+      row_sum[r] = row_sum[r] * alpha + pr[r];  // per-lane partial, reduced at the end
+#pragma unroll
+      for (int t = 0; t < CT; ++t) acc[r][t] *= alpha;
+    }
+#pragma unroll 8
+    for (int j = 0; j < BK; ++j) {
+      float vj[CT];
+#pragma unroll
+      for (int t = 0; t < CT; ++t) vj[t] = sV[j * RF + lane + 32 * t];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float pj = __shfl_sync(0xffffffffu, pr[r], j);
+#pragma unroll
+        for (int t = 0; t < CT; ++t) acc[r][t] = fmaf(pj, vj[t], acc[r][t]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float l = row_sum[r];
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
+    const int row = row0 + r;
+    if (row >= sq) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float* orow = o + (int64_t)row * p.o_stride[1];
+#pragma unroll
+    for (int t = 0; t < CT; ++t)
+      if (lane + 32 * t < p.head_dim_v) orow[lane + 32 * t] = acc[r][t] * inv;
+    if (p.lse != nullptr && lane == 0)
+      p.lse[(batch * p.heads_q + head) * sq + row] = l > 0.f ? row_max[r] + logf(l) : -INFINITY;
+  }
+}
+
+template <int kDim>
+void launch_fwd_f32(const FwdParams& params, int batch, cudaStream_t stream) {
+  using C = FwdF32Config;
+  constexpr int kSmem = FwdF32Smem<kDim>::kBytes;
+  auto kernel = fwd_f32_kernel<kDim>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const int num_qblocks = (params.mask.seqlen_q + C::kBlockQ - 1) / C::kBlockQ;
+  FwdParams p = params;
+  for (int b0 = 0; b0 < batch; b0 += 65535) {
+    p.batch_offset = b0;
+    const dim3 grid(num_qblocks, p.heads_q, std::min(batch - b0, 65535));
+    kernel<<<grid, C::kWarps * 32, kSmem, stream>>>(p);
+  }
+}
+
+}  // namespace flash::cuda

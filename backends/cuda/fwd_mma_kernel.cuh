@@ -1,0 +1,261 @@
+// Forward attention on tensor cores (f16 / bf16 inputs, f32 accumulation).
+//
+// Algorithm (FlashAttention-2): one block per (query tile, head, batch). Each warp owns
+// 16 or 32 whole query rows, so its slice of O and the softmax state (row max m, row sum
+// l) live in its registers and no cross-warp reduction is needed. For each visible K/V
+// tile: S = Q·Kᵀ with mma.sync m16n8k16 (ldmatrix from swizzled shared memory), online
+// softmax with exp2 (log2(e) folded into the scale), then P — re-packed from the S
+// accumulators into A fragments without leaving registers — times V (ldmatrix.trans).
+// O is divided by l once at the end; lse = ln(sum exp) is written when asked.
+// Pipelining: cp.async brings V(j) while S(j) and the softmax run, and K(j+1) while P·V(j)
+// runs. Tiles outside the causal/window band are never visited; only tiles that straddle
+// a mask boundary (or the end of the keys) pay for per-element masking.
+//
+// Tolerance class: f32 accumulation everywhere; P is rounded to the input dtype before
+// P·V (as FlashAttention does), well inside the 2x-naive-in-dtype rule.
+// Measured speed and how to run: see backends/cuda/RESULTS-cuda.md.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "device_ops.cuh"
+#include "kernel_params.hpp"
+#include "mask.cuh"
+#include "tile_configs.hpp"
+
+namespace flash::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <class T, class C>
+__global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
+    fwd_mma_kernel(const FwdParams p) {
+  using Dv = FwdMmaDerived<C>;
+  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
+  constexpr int kThreads = Dv::kThreads, MT = Dv::kMTiles, kChunks = Dv::kChunks;
+  constexpr int NT = BK / 8;  // n8 tiles of S per m-tile
+  constexpr int OT = D / 8;   // n8 tiles of O per m-tile
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smem_addr(smem);
+  const uint32_t sK = sQ + BQ * D * 2;
+  const uint32_t sV = sK + BK * D * 2;
+
+  const int num_qblocks = gridDim.x;
+  // Causal/banded blocks late in the sequence carry the most tiles: start them first.
+  const int qblock = p.mask.bounded ? num_qblocks - 1 - blockIdx.x : blockIdx.x;
+  const int head = blockIdx.y;
+  const int64_t batch = (int64_t)blockIdx.z + p.batch_offset;
+  const int kv_head = head / p.group;
+  const int sq = p.mask.seqlen_q, skv = p.mask.seqlen_kv;
+
+  const T* q = static_cast<const T*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[2];
+  const T* k = static_cast<const T*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[2];
+  const T* v = static_cast<const T*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[2];
+  T* o = static_cast<T*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, tig = lane % 4;  // mma fragment row group / thread in group
+  const int q0 = qblock * BQ;
+  const int q_last = min(q0 + BQ, sq) - 1;
+  const KeyRange keys = visible_keys(p.mask, q0, q_last);
+  const int tile_begin = keys.begin / BK;
+  const int tile_end = keys.end > keys.begin ? (keys.end + BK - 1) / BK : tile_begin;
+
+  const int warp_row0 = warp * Dv::kRowsPerWarp;  // within the block
+
+  // Softcap replaces s*scale by softcap*tanh(s*scale/softcap); the exp2 multiplier
+  // then applies to the capped score. Either way p = exp2(score*mult - max*mult).
+  const bool use_softcap = p.softcap > 0.f;
+  const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
+  const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
+
+  float acc_o[MT][OT][4];
+  float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[mt][h] = -INFINITY;
+      row_sum[mt][h] = 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][nt][e] = 0.f;
+  }
+
+  if (tile_begin < tile_end) {
+    load_tile_async<BQ, kChunks, kThreads>(sQ, q, p.q_stride[1], q0, sq, p.head_dim);
+    load_tile_async<BK, kChunks, kThreads>(sK, k, p.k_stride[1], tile_begin * BK, skv,
+                                           p.head_dim);
+    cp_async_commit();
+  }
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int k0 = tile * BK;
+    cp_async_wait<0>();
+    __syncthreads();  // K(tile) visible to all; every warp is done with V(tile-1)
+    load_tile_async<BK, kChunks, kThreads>(sV, v, p.v_stride[1], k0, skv, p.head_dim_v);
+    cp_async_commit();
+
+    // ---- S = Q·Kᵀ -------------------------------------------------------------------
+    float s[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(a[mt], tile_addr<kChunks>(sQ, warp_row0 + mt * 16 + (lane & 15),
+                                              kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, tile_addr<kChunks>(sK, nt2 * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                          kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(s[mt][2 * nt2], a[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * nt2 + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // ---- softcap, mask, online softmax ----------------------------------------------
+    if (use_softcap) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = p.softcap * tanhf(s[mt][nt][e] * cap_in);
+    }
+    if (!tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = q0 + warp_row0 + mt * 16 + g + (e >= 2 ? 8 : 0);
+            const int key = k0 + nt * 8 + tig * 2 + (e & 1);
+            if (!key_visible(p.mask, row, key)) s[mt][nt][e] = -INFINITY;
+          }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row with no visible key so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
+        const float base = mx == -INFINITY ? 0.f : mx * mult;
+        const float alpha = exp2f(row_max[mt][h] * mult - base);
+        row_max[mt][h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const float p0 = exp2f(fmaf(s[mt][nt][2 * h], mult, -base));
+          const float p1 = exp2f(fmaf(s[mt][nt][2 * h + 1], mult, -base));
+          s[mt][nt][2 * h] = p0;
+          s[mt][nt][2 * h + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;  // per-thread partial; reduced at end
+#pragma unroll
+        for (int nt = 0; nt < OT; ++nt) {
+          acc_o[mt][nt][2 * h] *= alpha;
+          acc_o[mt][nt][2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // V(tile) visible; every warp is done reading K(tile)
+    if (tile + 1 < tile_end) {
+      load_tile_async<BK, kChunks, kThreads>(sK, k, p.k_stride[1], k0 + BK, skv, p.head_dim);
+    }
+    cp_async_commit();
+
+    // ---- O += P·V: the S accumulator layout of two n8 tiles is the A layout of k16 --
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, tile_addr<kChunks>(sV, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                                nt2 * 2 + (lane >> 4)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc_o[mt][2 * nt2], a[mt], b[0], b[1]);
+          mma_16816<T>(acc_o[mt][2 * nt2 + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  // ---- normalise, store O and lse -----------------------------------------------------
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: o = 0
+      const int row = q0 + warp_row0 + mt * 16 + g + h * 8;
+      if (row < sq) {
+        T* orow = o + (int64_t)row * p.o_stride[1];
+#pragma unroll
+        for (int nt = 0; nt < OT; ++nt) {
+          const int col = nt * 8 + tig * 2;
+          if (col < p.head_dim_v)
+            *reinterpret_cast<uint32_t*>(orow + col) =
+                pack2<T>(acc_o[mt][nt][2 * h] * inv, acc_o[mt][nt][2 * h + 1] * inv);
+        }
+        if (p.lse != nullptr && tig == 0) {
+          const float m = row_max[mt][h];
+          p.lse[(batch * p.heads_q + head) * sq + row] =
+              l > 0.f ? (m * mult + log2f(l)) * kLn2 : -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+template <class T, class C>
+void launch_fwd_mma(const FwdParams& params, int batch, cudaStream_t stream) {
+  using Dv = FwdMmaDerived<C>;
+  auto kernel = fwd_mma_kernel<T, C>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dv::kSmemBytes);
+  const int num_qblocks = (params.mask.seqlen_q + C::kBlockQ - 1) / C::kBlockQ;
+  FwdParams p = params;
+  for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
+    p.batch_offset = b0;
+    const dim3 grid(num_qblocks, p.heads_q, std::min(batch - b0, 65535));
+    kernel<<<grid, Dv::kThreads, Dv::kSmemBytes, stream>>>(p);
+  }
+}
+
+}  // namespace flash::cuda

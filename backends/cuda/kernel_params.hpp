@@ -1,0 +1,63 @@
+// Plain structs passed by value to the CUDA kernels, and the launcher declarations
+// (one per dtype x head-dim instantiation, each defined in its own .cu file).
+#pragma once
+
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace flash::cuda {
+
+enum class Dtype { f32 = 0, f16 = 1, bf16 = 2 };
+
+// Which keys row i may see, in the form every kernel uses:
+// diag = i + diag_offset, visible iff key < seqlen_kv && diag - left <= key <= diag + right.
+// left/right are clamped to kUnbounded when there is no bound (so int arithmetic never
+// overflows: seqlens are checked to be < 2^30 on the host).
+struct MaskParams {
+  static constexpr int kUnbounded = 1 << 30;
+  int seqlen_q, seqlen_kv;
+  int diag_offset;  // seqlen_kv - seqlen_q
+  int left, right;
+  bool bounded;     // false: only the key < seqlen_kv bound applies
+};
+
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;  // may be null
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // batch, seq, head
+  int heads_q, group;                                           // group = heads_q / heads_kv
+  int head_dim, head_dim_v;                                     // runtime (<= the tile's)
+  int batch_offset;      // first batch of this launch (grids hold at most 65535)
+  float scale;           // softmax scale
+  float softcap;         // 0 = off
+  MaskParams mask;
+};
+
+// Backward: dq/dk/dv use q/k/v strides, dout uses o_stride.
+struct BwdParams {
+  FwdParams f;  // q, k, v, o, lse (required), strides, mask
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  float* dq_accum;  // f32 workspace [batch, heads_q, seqlen_q, head_dim] (packed)
+  float* delta;     // f32 workspace [batch, heads_q, seqlen_q]: rowsum(dO * O)
+  int heads_kv;
+};
+
+// Launchers. Each returns nothing and reports launch errors through cudaGetLastError.
+// `dim` is the compiled tile head dim (max(head_dim, head_dim_v)).
+template <Dtype kDtype, int kDim>
+void launch_forward(const FwdParams& p, int batch, int smem_limit, cudaStream_t stream);
+template <Dtype kDtype, int kDim>
+void launch_backward(const BwdParams& p, int batch, int smem_limit, cudaStream_t stream);
+
+// Name of the tile config the launcher will use, for FLASH_LOG and choose().
+const char* forward_config_name(Dtype dtype, int dim);
+const char* backward_config_name(Dtype dtype, int dim);
+
+}  // namespace flash::cuda

@@ -1,0 +1,45 @@
+// Mask geometry shared by every kernel: which keys a row sees, which key tiles a
+// block of rows must visit, and which of those tiles need per-element masking.
+#pragma once
+
+#include <cstdint>
+
+#include "kernel_params.hpp"
+
+namespace flash::cuda {
+
+// Keys [begin, end) that any row of [row_first, row_last] may see.
+struct KeyRange {
+  int begin, end;
+};
+
+__host__ __device__ inline KeyRange visible_keys(const MaskParams& m, int row_first,
+                                                 int row_last) {
+  if (!m.bounded) return {0, m.seqlen_kv};
+  // int64: row + offset + right may exceed 2^31 before clamping.
+  int64_t lo = (int64_t)row_first + m.diag_offset - m.left;
+  int64_t hi = (int64_t)row_last + m.diag_offset + m.right + 1;
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > m.seqlen_kv ? m.seqlen_kv : hi;
+  return {(int)lo, (int)(hi < lo ? lo : hi)};
+}
+
+// True when every (row, key) of the tile is visible, so masking can be skipped.
+__host__ __device__ inline bool tile_fully_visible(const MaskParams& m, int row_first,
+                                                   int row_last, int key_first, int key_last) {
+  if (key_last >= m.seqlen_kv) return false;
+  if (!m.bounded) return true;
+  // Hardest rows: the last row for the left bound, the first for the right bound.
+  int64_t lo = (int64_t)row_last + m.diag_offset - m.left;
+  int64_t hi = (int64_t)row_first + m.diag_offset + m.right;
+  return key_first >= lo && key_last <= hi;
+}
+
+__host__ __device__ inline bool key_visible(const MaskParams& m, int row, int key) {
+  if (key >= m.seqlen_kv) return false;
+  if (!m.bounded) return true;
+  const int rel = key - row - m.diag_offset;  // |rel| < 2^31: all terms < 2^30
+  return rel <= m.right && rel >= -m.left;
+}
+
+}  // namespace flash::cuda

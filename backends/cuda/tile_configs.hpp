@@ -1,0 +1,61 @@
+// Tile shapes of every CUDA kernel, one named config per head dim. The launchers,
+// choose() and FLASH_LOG all read these, so what is logged is what runs.
+#pragma once
+
+namespace flash::cuda {
+
+// Forward tensor-core kernel (f16/bf16): kBlockQ query rows per block, split over
+// kWarps warps (each warp owns kBlockQ / kWarps rows = 16 * m-tiles, so O needs no
+// cross-warp reduction); K/V tiles of kBlockKV keys.
+template <int kDim>
+struct FwdMmaConfig;
+#define FLASH_FWD_CONFIG(D, BQ, BKV, W)                                 \
+  template <>                                                           \
+  struct FwdMmaConfig<D> {                                              \
+    static constexpr int kDim = D, kBlockQ = BQ, kBlockKV = BKV, kWarps = W; \
+    static constexpr const char* kName = "mma_fwd_d" #D "_q" #BQ "_kv" #BKV "_w" #W; \
+  };
+// Larger D trades query rows per warp (registers for O) against warps per block.
+FLASH_FWD_CONFIG(32, 128, 128, 4)
+FLASH_FWD_CONFIG(64, 128, 128, 4)
+FLASH_FWD_CONFIG(96, 128, 64, 4)
+FLASH_FWD_CONFIG(128, 128, 64, 4)
+FLASH_FWD_CONFIG(160, 128, 64, 8)
+FLASH_FWD_CONFIG(192, 128, 64, 8)
+FLASH_FWD_CONFIG(256, 128, 64, 8)
+#undef FLASH_FWD_CONFIG
+
+template <class C>
+struct FwdMmaDerived {
+  static constexpr int kThreads = C::kWarps * 32;
+  static constexpr int kRowsPerWarp = C::kBlockQ / C::kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
+  static constexpr int kChunks = C::kDim / 8;        // 16-byte chunks per row
+  // Q tile + one K tile + one V tile (K of the next tile loads while P·V runs,
+  // V of this tile while Q·Kᵀ and softmax run).
+  static constexpr int kSmemBytes = (C::kBlockQ + 2 * C::kBlockKV) * C::kDim * 2;
+  static_assert(C::kBlockQ % (16 * C::kWarps) == 0, "each warp owns whole m16 tiles");
+  static_assert(kMTiles >= 1 && kMTiles <= 2, "one or two m16 tiles per warp");
+  static_assert(C::kBlockKV % 16 == 0 && C::kDim % 16 == 0, "mma k-steps are 16 wide");
+  static_assert(kChunks % 4 == 0, "swizzle needs rows of a multiple of 64 bytes");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
+};
+
+// f32 forward (SIMT FMA): kRowsPerWarp query rows per warp, kBlockKV = 32 keys (one
+// per lane) per tile, kWarps warps per block.
+struct FwdF32Config {
+  static constexpr int kWarps = 4, kRowsPerWarp = 4, kBlockKV = 32;
+  static constexpr int kBlockQ = kWarps * kRowsPerWarp;
+  static constexpr const char* kName = "simt_f32_fwd_q16_kv32_w4";
+};
+template <int kDim>
+struct FwdF32Smem {
+  // Q rows, K tile and V tile, each row padded by 4 floats (16 bytes): lanes reading
+  // 16 bytes of consecutive K rows then hit distinct bank groups (row length in
+  // 16-byte units is odd).
+  static constexpr int kRowFloats = kDim + 4;
+  static constexpr int kBytes =
+      (FwdF32Config::kBlockQ + 2 * FwdF32Config::kBlockKV) * kRowFloats * 4;
+};
+
+}  // namespace flash::cuda

@@ -1,0 +1,106 @@
+// Device memory, a stream and event timing for the cuda backend. Plain C++ against
+// the CUDA runtime API (no kernels, no nvcc); linked only into the bench tools.
+//
+// The bench links its own (static) CUDA runtime, as the cuda backend module does.
+// Both use the device's primary context, so pointers, streams and events created
+// here are valid for the backend.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "common/device.hpp"
+
+namespace bench {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// Writing a buffer twice the L2 size pushes every earlier line out of L2.
+constexpr size_t kEvictionBufferPerL2 = 2;
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice() {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    int l2_bytes = 0;
+    check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
+          "cudaDeviceGetAttribute(L2)");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreate(&start_), "cudaEventCreate");
+    check(cudaEventCreate(&stop_), "cudaEventCreate");
+    eviction_bytes_ = kEvictionBufferPerL2 * static_cast<size_t>(l2_bytes);
+    if (eviction_bytes_) check(cudaMalloc(&eviction_buffer_, eviction_bytes_), "cudaMalloc");
+  }
+  ~CudaDevice() override {
+    cudaFree(eviction_buffer_);
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void* allocate(size_t bytes) override {
+    void* data = nullptr;
+    check(cudaMalloc(&data, bytes), "cudaMalloc");
+    return data;
+  }
+  void release(void* data) noexcept override { cudaFree(data); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy H2D");
+    synchronize();
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy D2H");
+    synchronize();
+  }
+  void fill_bytes(void* dst, int byte, size_t bytes) override {
+    check(cudaMemsetAsync(dst, byte, bytes, stream_), "cudaMemset");
+    synchronize();
+  }
+  void* stream() override { return stream_; }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void evict_cache() override {
+    if (eviction_buffer_)
+      check(cudaMemsetAsync(eviction_buffer_, 0, eviction_bytes_, stream_), "cudaMemset(evict)");
+  }
+  double time_ms(const std::function<void()>& fn) override {
+    check(cudaEventRecord(start_, stream_), "cudaEventRecord");
+    fn();
+    check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  void* eviction_buffer_ = nullptr;
+  size_t eviction_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> open_cuda_device(std::string* why_not) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    if (why_not)
+      *why_not = std::string("no CUDA device: ") +
+                 (status != cudaSuccess ? cudaGetErrorString(status) : "device count is 0");
+    return nullptr;
+  }
+  try {
+    return std::make_unique<CudaDevice>();
+  } catch (const std::exception& e) {
+    if (why_not) *why_not = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace bench

@@ -1,0 +1,22 @@
+// Backend selection: desc.backend if set, else FLASH_BACKEND, else automatic (the
+// GPU backend whose device owns q, otherwise cpu, otherwise reference). The chosen
+// backend's choose() must accept the problem; there is never a silent fallback.
+#pragma once
+
+#include <string>
+
+#include "dispatch/registry.hpp"
+
+namespace flash::detail {
+
+struct Selection {
+  const BackendSlot* slot;
+  std::string kernel;  // what the backend's choose() picked
+};
+
+// Throws flash::Error when the requested backend is unavailable or declines.
+// direction: FLASH_FORWARD or FLASH_BACKWARD.
+Selection select_backend(const Backend requested_in_desc, const flash_problem& problem,
+                         const void* q, int direction);
+
+}  // namespace flash::detail

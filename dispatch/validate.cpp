@@ -1,0 +1,252 @@
+// Validation rules (see validate.hpp). Element counts and byte spans are checked
+// for int64 overflow before anything multiplies them, so a backend can index with
+// int64 offsets without further checks.
+#include "dispatch/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace flash::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& field, const std::string& value,
+                       const std::string& allowed) {
+  throw Error("flash: " + field + " = " + value + " is invalid; " + allowed);
+}
+
+std::string str(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(what, str(static_cast<double>(a)) + " x " + str(static_cast<double>(b)),
+         "the element count overflows int64");
+  return r;
+}
+
+void require_at_least(const char* field, int64_t value, int64_t min) {
+  if (value < min) fail(field, std::to_string(value), "must be >= " + std::to_string(min));
+}
+
+size_t dtype_bytes(int32_t dtype) { return dtype == FLASH_F32 ? 4 : 2; }
+
+// One tensor's shape [batch, seq, heads, dim] and its (resolved) strides.
+struct TensorView {
+  const char* name;  // "q", "k", ...
+  const char* stride_field;
+  int64_t batch, seq, heads, dim;
+  int64_t* stride;  // [3]: batch, seq, head
+
+  // Packed [batch, seq, heads, dim] when the user gave all-zero strides.
+  void resolve(const Strides& given) {
+    if (given.batch == 0 && given.seq == 0 && given.head == 0) {
+      stride[2] = dim;
+      stride[1] = checked_mul(heads, dim, name);
+      stride[0] = checked_mul(seq, stride[1], name);
+      return;
+    }
+    stride[0] = given.batch;
+    stride[1] = given.seq;
+    stride[2] = given.head;
+    check_layout();
+  }
+
+  // Strides must be non-negative and must not make two elements share an address:
+  // sorted by stride, each dimension must skip past the whole extent of the one
+  // below it (the contiguous last dimension is the innermost).
+  void check_layout() const {
+    const char* dim_names[3] = {".batch", ".seq", ".head"};
+    const int64_t extents[3] = {batch, seq, heads};
+    struct Dim {
+      int64_t stride, extent;
+      int index;
+    } dims[3];
+    int n = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (stride[i] < 0)
+        fail(std::string(stride_field) + dim_names[i], std::to_string(stride[i]),
+             "strides are element counts and must be >= 0");
+      if (extents[i] > 1) dims[n++] = {stride[i], extents[i], i};
+    }
+    for (int i = 1; i < n; ++i)  // insertion sort of at most 3 entries
+      for (int j = i; j > 0 && dims[j].stride < dims[j - 1].stride; --j) std::swap(dims[j], dims[j - 1]);
+    int64_t covered = dim;  // the contiguous last dimension spans `dim` elements
+    for (int i = 0; i < n; ++i) {
+      if (dims[i].stride < covered)
+        fail(std::string(stride_field) + dim_names[dims[i].index], std::to_string(dims[i].stride),
+             "must be >= " + std::to_string(covered) +
+                 " (the extent it skips over); overlapping layouts are not allowed");
+      covered = checked_mul(dims[i].stride, dims[i].extent, stride_field);
+    }
+  }
+
+  int64_t elements() const {
+    return checked_mul(checked_mul(checked_mul(batch, seq, name), heads, name), dim, name);
+  }
+
+  // Bytes from the first to one past the last element (0 when empty).
+  int64_t span_bytes(int32_t dtype) const {
+    if (elements() == 0) return 0;
+    int64_t last = dim - 1;
+    const int64_t extents[3] = {batch, seq, heads};
+    for (int i = 0; i < 3; ++i) last += checked_mul(extents[i] - 1, stride[i], stride_field);
+    return checked_mul(last + 1, static_cast<int64_t>(dtype_bytes(dtype)), name);
+  }
+};
+
+void require_pointer(const void* p, const TensorView& t) {
+  if (p == nullptr && t.elements() > 0)
+    fail(t.name, "nullptr", "a non-empty tensor needs a valid pointer");
+}
+
+struct Range {
+  const char* name;
+  uintptr_t begin, end;
+};
+
+// Outputs must not overlap any other tensor of the call.
+void check_no_overlap(const Range* outputs, int n_out, const Range* all, int n_all) {
+  for (int i = 0; i < n_out; ++i) {
+    const Range& out = outputs[i];
+    if (out.begin == out.end) continue;
+    for (int j = 0; j < n_all; ++j) {
+      const Range& other = all[j];
+      if (other.name == out.name || other.begin == other.end) continue;
+      if (out.begin < other.end && other.begin < out.end)
+        fail(out.name, "a buffer overlapping " + std::string(other.name),
+             "outputs must not share memory with inputs or other outputs");
+    }
+  }
+}
+
+Range range_of(const void* p, const TensorView& t, int32_t dtype) {
+  auto b = reinterpret_cast<uintptr_t>(p);
+  return {t.name, b, p ? b + static_cast<uintptr_t>(t.span_bytes(dtype)) : b};
+}
+
+flash_problem validate_common(const AttentionDesc& d) {
+  require_at_least("batch", d.batch, 0);
+  require_at_least("seqlen_q", d.seqlen_q, 0);
+  require_at_least("seqlen_kv", d.seqlen_kv, 0);
+  require_at_least("heads_q", d.heads_q, 1);
+  require_at_least("heads_kv", d.heads_kv, 1);
+  require_at_least("head_dim", d.head_dim, 1);
+  require_at_least("head_dim_v", d.head_dim_v, 0);
+  if (d.heads_q % d.heads_kv != 0)
+    fail("heads_q", std::to_string(d.heads_q),
+         "must be a multiple of heads_kv = " + std::to_string(d.heads_kv) + " (GQA/MQA)");
+  const int dtype = static_cast<int>(d.dtype);
+  if (dtype < 0 || dtype > 2)
+    fail("dtype", std::to_string(dtype), "allowed: f32 (0), f16 (1), bf16 (2)");
+  const int backend = static_cast<int>(d.backend);
+  if (backend < 0 || backend > 4)
+    fail("backend", std::to_string(backend), "allowed: automatic, reference, cpu, cuda, hip");
+  if (!std::isfinite(d.scale) || d.scale < 0)
+    fail("scale", str(d.scale), "must be finite and > 0 (0 = 1/sqrt(head_dim))");
+  if (!std::isfinite(d.softcap) || d.softcap < 0)
+    fail("softcap", str(d.softcap), "must be finite and > 0 (0 = off)");
+  require_at_least("window_left", d.window_left, -1);
+  require_at_least("window_right", d.window_right, -1);
+
+  flash_problem p{};
+  p.batch = d.batch;
+  p.seqlen_q = d.seqlen_q;
+  p.seqlen_kv = d.seqlen_kv;
+  p.heads_q = d.heads_q;
+  p.heads_kv = d.heads_kv;
+  p.head_dim = d.head_dim;
+  p.head_dim_v = d.head_dim_v == 0 ? d.head_dim : d.head_dim_v;
+  p.dtype = dtype;
+  p.causal = d.causal ? 1 : 0;
+  p.scale = d.scale == 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)))
+                         : d.scale;
+  p.softcap = d.softcap;
+  p.window_left = d.window_left;
+  p.window_right = d.window_right;
+  p.lse = d.lse;
+  p.stream = d.stream;
+  return p;
+}
+
+struct Views {
+  TensorView q, k, v, o;
+};
+
+Views resolve_views(const AttentionDesc& d, flash_problem& p) {
+  Views t{
+      {"q", "q_stride", p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_stride},
+      {"k", "k_stride", p.batch, p.seqlen_kv, p.heads_kv, p.head_dim, p.k_stride},
+      {"v", "v_stride", p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v, p.v_stride},
+      {"o", "o_stride", p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, p.o_stride},
+  };
+  t.q.resolve(d.q_stride);
+  t.k.resolve(d.k_stride);
+  t.v.resolve(d.v_stride);
+  t.o.resolve(d.o_stride);
+  // Byte spans must fit in int64 too (checked inside span_bytes).
+  for (const TensorView* view : {&t.q, &t.k, &t.v, &t.o}) view->span_bytes(p.dtype);
+  return t;
+}
+
+}  // namespace
+
+bool is_empty(const flash_problem& p) { return p.seqlen_q == 0 || p.batch == 0; }
+
+flash_problem validate_forward(const AttentionDesc& desc, const ForwardArgs& a) {
+  flash_problem p = validate_common(desc);
+  Views t = resolve_views(desc, p);
+  require_pointer(a.q, t.q);
+  require_pointer(a.k, t.k);
+  require_pointer(a.v, t.v);
+  require_pointer(a.o, t.o);
+  const Range all[] = {range_of(a.q, t.q, p.dtype), range_of(a.k, t.k, p.dtype),
+                       range_of(a.v, t.v, p.dtype), range_of(a.o, t.o, p.dtype)};
+  check_no_overlap(all + 3, 1, all, 4);
+  if (p.lse) {
+    const int64_t lse_bytes =
+        checked_mul(checked_mul(checked_mul(p.batch, p.heads_q, "lse"), p.seqlen_q, "lse"),
+                    static_cast<int64_t>(sizeof(float)), "lse");
+    const auto lse_begin = reinterpret_cast<uintptr_t>(p.lse);
+    const Range with_lse[] = {all[0], all[1], all[2], all[3],
+                              {"lse", lse_begin, lse_begin + static_cast<uintptr_t>(lse_bytes)}};
+    check_no_overlap(with_lse + 4, 1, with_lse, 5);
+    check_no_overlap(with_lse + 3, 1, with_lse, 5);
+  }
+  return p;
+}
+
+flash_problem validate_backward(const AttentionDesc& desc, const BackwardArgs& a) {
+  flash_problem p = validate_common(desc);
+  p.lse = nullptr;  // the backward reads the forward's lse argument, never desc.lse
+  Views t = resolve_views(desc, p);
+  TensorView dout = t.o, dq = t.q, dk = t.k, dv = t.v;
+  dout.name = "dout";
+  dq.name = "dq";
+  dk.name = "dk";
+  dv.name = "dv";
+  require_pointer(a.q, t.q);
+  require_pointer(a.k, t.k);
+  require_pointer(a.v, t.v);
+  require_pointer(a.o, t.o);
+  require_pointer(a.dout, dout);
+  require_pointer(a.dq, dq);
+  require_pointer(a.dk, dk);
+  require_pointer(a.dv, dv);
+  if (a.lse == nullptr && p.batch * p.heads_q * p.seqlen_q > 0)
+    fail("lse", "nullptr", "the backward needs the forward's lse [batch, heads_q, seqlen_q]");
+  const Range all[] = {range_of(a.dq, dq, p.dtype),  range_of(a.dk, dk, p.dtype),
+                       range_of(a.dv, dv, p.dtype),  range_of(a.q, t.q, p.dtype),
+                       range_of(a.k, t.k, p.dtype),  range_of(a.v, t.v, p.dtype),
+                       range_of(a.o, t.o, p.dtype),  range_of(a.dout, dout, p.dtype)};
+  check_no_overlap(all, 3, all, 8);
+  return p;
+}
+
+}  // namespace flash::detail
