@@ -1,0 +1,235 @@
+#include "common/oracle.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "common/dtype.hpp"
+#include "common/flops.hpp"
+#include "common/problem.hpp"
+
+namespace bench {
+namespace {
+
+// Row blocks are taken from at most the first and the last slice: the corners where
+// masks and tails are most likely to go wrong.
+constexpr int64_t kRowBlockSlices = 2;
+constexpr double kGiga = 1e9;
+
+int64_t group_size(const flash::AttentionDesc& d) { return d.heads_q / d.heads_kv; }
+
+// The reference sub-problem for rows [r0, r1) and keys [0, keys) of one slice.
+flash::AttentionDesc sub_problem(const flash::AttentionDesc& d, int64_t rows, int64_t keys) {
+  flash::AttentionDesc s = d;
+  s.batch = 1;
+  s.seqlen_q = rows;
+  s.seqlen_kv = keys;
+  s.heads_q = group_size(d);
+  s.heads_kv = 1;
+  s.head_dim_v = value_dim(d);
+  s.dtype = flash::DType::f32;
+  s.q_stride = s.k_stride = s.v_stride = s.o_stride = flash::Strides{};
+  s.lse = nullptr;
+  s.backend = flash::Backend::reference;
+  s.stream = nullptr;
+  return s;
+}
+
+double reference_work(const flash::AttentionDesc& d, int64_t rows, int64_t keys,
+                      bool backward) {
+  const flash::AttentionDesc s = sub_problem(d, rows, keys);
+  return forward_flops(s) + (backward ? backward_flops(s) : 0.0);
+}
+
+// Copies rows [r0, r0 + rows) of heads [h0, h0 + heads) of batch entry b from a packed
+// [B, S, H, dim] tensor in dtype into a packed f32 [rows, heads, dim] tensor.
+std::vector<float> gather(const std::vector<unsigned char>& src, flash::DType dtype, int64_t S,
+                          int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows,
+                          int64_t h0, int64_t heads) {
+  std::vector<float> out(static_cast<size_t>(rows * heads * dim));
+  size_t o = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      const size_t base = static_cast<size_t>(((b * S + r0 + i) * H + h0 + h) * dim);
+      for (int64_t x = 0; x < dim; ++x) out[o++] = load_as_float(src.data(), base + x, dtype);
+    }
+  return out;
+}
+
+// Running max|out - expected| and max|expected| of one output.
+struct ErrorStats {
+  double max_error = 0.0, max_expected = 0.0;
+
+  void add(float out, float expected) {
+    const double diff = std::fabs(static_cast<double>(out) - expected);
+    // NaN compares false: a NaN or unwritten element is an infinite error.
+    max_error = diff <= max_error ? max_error
+                                  : (std::isnan(diff) ? std::numeric_limits<double>::infinity()
+                                                      : diff);
+    max_expected = std::max(max_expected, std::fabs(static_cast<double>(expected)));
+  }
+  double relative() const { return max_expected > 0.0 ? max_error / max_expected : max_error; }
+};
+
+// Compares expected [rows, heads, dim] with rows [r0, ...) of heads [h0, ...) of
+// batch entry b in the packed [B, S, H, dim] output.
+void compare(const std::vector<float>& out, const std::vector<float>& expected, int64_t S,
+             int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows, int64_t h0,
+             int64_t heads, ErrorStats& stats) {
+  size_t e = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      const size_t base = static_cast<size_t>(((b * S + r0 + i) * H + h0 + h) * dim);
+      for (int64_t x = 0; x < dim; ++x) stats.add(out[base + x], expected[e++]);
+    }
+}
+
+std::string gflop_text(double flops) {
+  std::ostringstream s;
+  s.precision(3);
+  s << flops / kGiga << " GFLOP";
+  return s.str();
+}
+
+}  // namespace
+
+double tolerance_for(flash::DType dtype, bool backward) {
+  switch (dtype) {
+    case flash::DType::f32:
+      return backward ? 1e-4 : 1e-5;
+    case flash::DType::f16:
+      return backward ? 1e-2 : 2e-3;
+    case flash::DType::bf16:
+      return backward ? 5e-2 : 1.6e-2;
+  }
+  return 0.0;
+}
+
+Oracle::Oracle(const flash::AttentionDesc& desc, bool backward, const HostInputs& inputs,
+               double flop_budget)
+    : desc_(desc), backward_(backward) {
+  const int64_t Sq = desc.seqlen_q, Sk = desc.seqlen_kv;
+  const int64_t slices = desc.batch * desc.heads_kv;
+  const double slice_work = reference_work(desc, Sq, Sk, backward);
+  auto slice_block = [&](int64_t index, int64_t r0, int64_t r1, int64_t keys) {
+    return Block{index / desc.heads_kv, index % desc.heads_kv, r0, r1, keys, {}, {}, {}, {}};
+  };
+  std::ostringstream coverage;
+
+  if (static_cast<double>(slices) * slice_work <= flop_budget) {
+    for (int64_t i = 0; i < slices; ++i) blocks_.push_back(slice_block(i, 0, Sq, Sk));
+    coverage << "all rows";
+  } else if (slice_work <= flop_budget) {
+    // Whole slices spread evenly over (batch, kv head), first and last included.
+    const int64_t n = std::max<int64_t>(
+        1, std::min<int64_t>(slices, static_cast<int64_t>(flop_budget / slice_work)));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t index = n == 1 ? 0 : i * (slices - 1) / (n - 1);
+      blocks_.push_back(slice_block(index, 0, Sq, Sk));
+    }
+    coverage << n << " of " << slices << " (batch, kv-head) slices";
+  } else if (!backward) {
+    const bool can_drop_keys = desc.causal || desc.window_right == 0;
+    const int64_t blocks_per_slice = can_drop_keys ? 3 : 1;
+    const int64_t sampled_slices = std::min(slices, kRowBlockSlices);
+    // Upper bound on a row's work: it sees at most all Sk keys.
+    const double row_work = reference_work(desc, 1, Sk, false);
+    const int64_t rows = std::clamp<int64_t>(
+        static_cast<int64_t>(flop_budget / (row_work * blocks_per_slice * sampled_slices)), 1,
+        Sq);
+    for (int64_t s = 0; s < sampled_slices; ++s) {
+      const int64_t index = s == 0 ? 0 : slices - 1;
+      blocks_.push_back(slice_block(index, Sq - rows, Sq, Sk));  // last rows, all keys
+      if (!can_drop_keys) continue;
+      for (int64_t r1 : {rows, (Sq + rows) / 2}) {  // first rows, middle rows
+        const int64_t keys = Sk - Sq + r1;
+        if (keys >= 1 && r1 < Sq) blocks_.push_back(slice_block(index, r1 - rows, r1, keys));
+      }
+    }
+    coverage << blocks_.size() << " blocks of " << rows << " rows in " << sampled_slices
+             << " of " << slices << " slices";
+  } else {
+    coverage << "not checked: one slice needs " << gflop_text(slice_work)
+             << " of reference work, budget " << gflop_text(flop_budget);
+  }
+  coverage_ = coverage.str();
+  for (Block& block : blocks_) solve(block, inputs);
+}
+
+void Oracle::solve(Block& block, const HostInputs& in) {
+  const flash::AttentionDesc& d = desc_;
+  const int64_t g = group_size(d), Dv = value_dim(d);
+  const int64_t rows = block.row_end - block.row_begin;
+  const flash::AttentionDesc sub = sub_problem(d, rows, block.keys);
+  const int64_t h0 = block.kv_head * g;
+  const std::vector<float> q =
+      gather(in.q, d.dtype, d.seqlen_q, d.heads_q, d.head_dim, block.b, block.row_begin, rows,
+             h0, g);
+  const std::vector<float> k = gather(in.k, d.dtype, d.seqlen_kv, d.heads_kv, d.head_dim,
+                                      block.b, 0, block.keys, block.kv_head, 1);
+  const std::vector<float> v =
+      gather(in.v, d.dtype, d.seqlen_kv, d.heads_kv, Dv, block.b, 0, block.keys, block.kv_head, 1);
+  block.o.assign(static_cast<size_t>(rows * g * Dv), 0.0f);
+
+  using Clock = std::chrono::steady_clock;
+  if (!backward_) {
+    const auto start = Clock::now();
+    flash::attention(sub, q.data(), k.data(), v.data(), block.o.data());
+    reference_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    reference_flops_ += forward_flops(sub);
+    return;
+  }
+  std::vector<float> lse(static_cast<size_t>(g * rows));
+  flash::AttentionDesc forward = sub;
+  forward.lse = lse.data();
+  flash::attention(forward, q.data(), k.data(), v.data(), block.o.data());
+  const std::vector<float> dout =
+      gather(in.dout, d.dtype, d.seqlen_q, d.heads_q, Dv, block.b, block.row_begin, rows, h0, g);
+  block.dq.assign(q.size(), 0.0f);
+  block.dk.assign(k.size(), 0.0f);
+  block.dv.assign(v.size(), 0.0f);
+  const auto start = Clock::now();
+  flash::attention_backward(sub, q.data(), k.data(), v.data(), block.o.data(), dout.data(),
+                            lse.data(), block.dq.data(), block.dk.data(), block.dv.data());
+  reference_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  reference_flops_ += backward_flops(sub);
+}
+
+CheckResult Oracle::check(Workload& workload) const {
+  CheckResult result;
+  result.coverage = coverage_;
+  result.tolerance = tolerance_for(desc_.dtype, backward_);
+  if (blocks_.empty()) return result;
+  const flash::AttentionDesc& d = desc_;
+  const int64_t g = group_size(d), Dv = value_dim(d);
+  double worst = 0.0;
+  if (!backward_) {
+    const std::vector<float> o = workload.read_as_float(Tensor::o);
+    ErrorStats stats;
+    for (const Block& b : blocks_)
+      compare(o, b.o, d.seqlen_q, d.heads_q, Dv, b.b, b.row_begin, b.row_end - b.row_begin,
+              b.kv_head * g, g, stats);
+    worst = stats.relative();
+  } else {
+    const std::vector<float> dq = workload.read_as_float(Tensor::dq);
+    const std::vector<float> dk = workload.read_as_float(Tensor::dk);
+    const std::vector<float> dv = workload.read_as_float(Tensor::dv);
+    ErrorStats sq, sk, sv;
+    for (const Block& b : blocks_) {
+      compare(dq, b.dq, d.seqlen_q, d.heads_q, d.head_dim, b.b, 0, d.seqlen_q, b.kv_head * g, g,
+              sq);
+      compare(dk, b.dk, d.seqlen_kv, d.heads_kv, d.head_dim, b.b, 0, d.seqlen_kv, b.kv_head, 1,
+              sk);
+      compare(dv, b.dv, d.seqlen_kv, d.heads_kv, Dv, b.b, 0, d.seqlen_kv, b.kv_head, 1, sv);
+    }
+    worst = std::max({sq.relative(), sk.relative(), sv.relative()});
+  }
+  result.checked = true;
+  result.relative_error = worst;
+  result.tolerance_used = worst / result.tolerance;
+  return result;
+}
+
+}  // namespace bench
