@@ -1,0 +1,134 @@
+// flashattn-compare: one attention problem, or a sweep over seqlen, on every
+// backend: time (median of N), TFLOP/s, GB/s, and the error against the reference
+// with the share of the tolerance it uses. --help lists the options.
+//
+//   flashattn-compare                                  # B=1 H=8 S=1024 D=64 f32
+//   flashattn-compare --dtype bf16 --seqlen 512,1024,2048,4096 --causal --plot s.svg
+//   flashattn-compare --backward --kv-heads 2 --json out.json
+//
+// Exit status: 0 when every checked backend is within tolerance, 1 when one is not,
+// 2 for a bad command line.
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/flops.hpp"
+#include "common/oracle.hpp"
+#include "common/problem.hpp"
+#include "compare/args.hpp"
+#include "compare/json.hpp"
+#include "compare/runner.hpp"
+#include "compare/svg.hpp"
+#include "compare/table.hpp"
+
+namespace {
+
+constexpr int kExitToleranceExceeded = 1;
+constexpr int kExitBadArguments = 2;
+
+flash::AttentionDesc problem_at(const compare::Options& o, int64_t seqlen) {
+  flash::AttentionDesc d = o.base;
+  d.seqlen_q = seqlen;
+  d.seqlen_kv = o.seqlen_kv > 0 ? o.seqlen_kv : seqlen;
+  d.batch = o.tokens > 0 ? std::max<int64_t>(1, o.tokens / seqlen) : o.batch;
+  return d;
+}
+
+std::string describe(const compare::Options& o) {
+  const flash::AttentionDesc& d = o.base;
+  std::string text = std::string(o.backward ? "backward" : "forward") + " " +
+                     flash::to_string(d.dtype) + "  H=" + std::to_string(d.heads_q) +
+                     " Hkv=" + std::to_string(d.heads_kv) + " D=" + std::to_string(d.head_dim);
+  if (bench::value_dim(d) != d.head_dim) text += " Dv=" + std::to_string(bench::value_dim(d));
+  text += "  mask: " + bench::mask_label(d);
+  return text;
+}
+
+compare::LinePlot make_plot(const compare::Options& o, const std::vector<compare::Row>& rows) {
+  compare::LinePlot plot;
+  plot.title = "libflashattn " + std::string(flash::version()) + ": " + describe(o);
+  plot.x_label = "seqlen (query)";
+  plot.y_label = o.backward ? "backward TFLOP/s" : "forward TFLOP/s";
+  plot.log2_x = true;
+  std::map<std::string, size_t> index;
+  for (const compare::Row& r : rows) {
+    if (!r.ok()) continue;
+    auto [it, added] = index.emplace(r.backend, plot.series.size());
+    if (added) plot.series.push_back({r.backend, {}});
+    plot.series[it->second].points.emplace_back(static_cast<double>(r.desc.seqlen_q), r.tflops);
+  }
+  return plot;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  compare::Options options;
+  try {
+    options = compare::parse_args(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashattn-compare: %s\n", e.what());
+    return kExitBadArguments;
+  }
+
+  std::printf("libflashattn %s  |  %s\n", flash::version(), describe(options).c_str());
+  for (const flash::BackendInfo& info : flash::backends())
+    std::printf("  %-9s %s\n", flash::to_string(info.backend),
+                info.available ? info.detail.c_str() : ("unavailable: " + info.reason).c_str());
+  std::printf("\n");
+
+  compare::Runner runner(options);
+  std::vector<compare::Row> rows;
+  std::vector<std::string> coverage_notes;
+  const size_t points = options.seqlens.size();
+  for (size_t i = 0; i < points; ++i) {
+    const flash::AttentionDesc desc = problem_at(options, options.seqlens[i]);
+    const std::string prefix = "[" + std::to_string(i + 1) + "/" + std::to_string(points) +
+                               "] B=" + std::to_string(desc.batch) +
+                               " Sq=" + std::to_string(desc.seqlen_q) +
+                               " Sk=" + std::to_string(desc.seqlen_kv);
+    std::vector<compare::Row> point_rows = runner.run(desc, prefix);
+    for (const compare::Row& r : point_rows)
+      if (!r.check.coverage.empty()) {
+        coverage_notes.push_back("Sq=" + std::to_string(desc.seqlen_q) + ": " +
+                                 r.check.coverage);
+        break;
+      }
+    rows.insert(rows.end(), point_rows.begin(), point_rows.end());
+  }
+  compare::clear_progress();
+
+  compare::print_table(stdout, rows);
+  std::printf(
+      "\nTFLOP/s: FlashAttention's count (4*B*H*Sq*Sk*D forward, half for square causal, "
+      "backward 2.5x);\n"
+      "max rel err: max|out - reference| / max|reference| over the checked rows; tolerance "
+      "%.1e (%s %s);\n",
+      bench::tolerance_for(options.base.dtype, options.backward),
+      flash::to_string(options.base.dtype), options.backward ? "backward" : "forward");
+  for (const std::string& note : coverage_notes) std::printf("checked: %s\n", note.c_str());
+
+  int status = 0;
+  for (const compare::Row& r : rows)
+    if (r.ok() && r.check.checked && !(r.check.tolerance_used <= 1.0)) {
+      std::fprintf(stderr, "flashattn-compare: %s exceeds its tolerance at Sq=%lld\n",
+                   r.backend.c_str(), static_cast<long long>(r.desc.seqlen_q));
+      status = kExitToleranceExceeded;
+    }
+  try {
+    if (!options.json_path.empty()) {
+      compare::write_json(options.json_path, rows);
+      std::printf("wrote %s\n", options.json_path.c_str());
+    }
+    if (!options.plot_path.empty()) {
+      compare::write_svg(options.plot_path, make_plot(options, rows));
+      std::printf("wrote %s\n", options.plot_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashattn-compare: %s\n", e.what());
+    return kExitBadArguments;
+  }
+  return status;
+}

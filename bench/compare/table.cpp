@@ -1,0 +1,100 @@
+#include "compare/table.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace compare {
+namespace {
+
+std::string format(const char* fmt, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), fmt, value);
+  return text;
+}
+
+// Three significant digits: 0.000452, 1.23, 315; whole numbers from 1000 up.
+std::string significant(double value) {
+  if (value == 0.0) return "0";
+  if (!std::isfinite(value)) return value > 0 ? "inf" : "nan";
+  if (std::fabs(value) >= 1000) return format("%.0f", value);  // no exponent for big times
+  return format("%.3g", value);
+}
+
+std::string error_text(const Row& r) {
+  if (r.is_oracle) return "(oracle)";
+  if (!r.check.checked) return "-";
+  return format("%.2e", r.check.relative_error);
+}
+
+std::string share_text(const Row& r) {
+  if (r.is_oracle || !r.check.checked) return "-";
+  if (!std::isfinite(r.check.tolerance_used)) return "FAIL (nan)";
+  const std::string pct = format("%.1f%%", 100.0 * r.check.tolerance_used);
+  return r.check.tolerance_used > 1.0 ? "FAIL " + pct : pct;
+}
+
+}  // namespace
+
+void print_table(std::FILE* out, const std::vector<Row>& rows) {
+  const bool sweep = std::any_of(rows.begin(), rows.end(), [&](const Row& r) {
+    return r.desc.seqlen_q != rows.front().desc.seqlen_q ||
+           r.desc.seqlen_kv != rows.front().desc.seqlen_kv;
+  });
+  std::vector<std::string> header = {"backend", "kernel / status", "runs", "median ms",
+                                     "TFLOP/s", "GB/s", "max rel err", "tol used"};
+  if (sweep) header.insert(header.begin(), {"Sq", "Sk", "B"});
+  std::vector<std::vector<std::string>> cells;
+  for (const Row& r : rows) {
+    std::vector<std::string> line;
+    if (sweep)
+      line = {std::to_string(r.desc.seqlen_q), std::to_string(r.desc.seqlen_kv),
+              std::to_string(r.desc.batch)};
+    line.push_back(r.backend);
+    if (!r.ok()) {
+      line.push_back(r.status);
+      for (size_t i = 0; i < 6; ++i) line.push_back("");
+    } else {
+      line.push_back(r.kernel);
+      line.push_back(std::to_string(r.runs));
+      line.push_back(significant(r.median_ms));
+      line.push_back(significant(r.tflops));
+      line.push_back(r.is_oracle ? "-" : significant(r.gbps));
+      line.push_back(error_text(r));
+      line.push_back(share_text(r));
+    }
+    cells.push_back(line);
+  }
+  // The status of a skipped row may be long: it spans the remaining columns, so it
+  // does not widen the kernel column.
+  const size_t kernel_col = sweep ? 4 : 1;
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t c = 0; c < header.size(); ++c)
+      if (c != kernel_col || rows[i].ok()) width[c] = std::max(width[c], cells[i][c].size());
+
+  auto print_line = [&](const std::vector<std::string>& line, bool spans) {
+    std::string text;
+    for (size_t c = 0; c < line.size(); ++c) {
+      if (spans && c == kernel_col) {
+        text += line[c];
+        break;
+      }
+      const bool left = c <= kernel_col;  // names left, numbers right
+      std::string cell = line[c];
+      const std::string pad(width[c] - std::min(width[c], cell.size()), ' ');
+      text += (left ? cell + pad : pad + cell) + (c + 1 < line.size() ? "  " : "");
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    std::fprintf(out, "%s\n", text.c_str());
+  };
+  print_line(header, false);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  std::fprintf(out, "%s\n", std::string(total - 2, '-').c_str());
+  for (size_t i = 0; i < rows.size(); ++i) print_line(cells[i], !rows[i].ok());
+}
+
+}  // namespace compare
