@@ -15,6 +15,8 @@ constexpr double kWidth = 760, kHeight = 440;
 constexpr double kLeft = 70, kRight = 170, kTop = 40, kBottom = 60;  // margins
 constexpr double kTickLength = 5, kMarkerRadius = 3.5;
 constexpr int kTargetTicks = 6;
+// Share of the x range left empty at each end, so end markers clear the axes.
+constexpr double kXPadding = 0.04;
 // Distinguishable colours (Okabe-Ito palette, readable with colour blindness).
 const char* const kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
                                "#E69F00", "#56B4E9", "#F0E442", "#000000"};
@@ -39,10 +41,7 @@ std::string num(double x) {
 
 std::string tick_label(double x) {
   char text[32];
-  if (x != 0.0 && (std::fabs(x) >= 1e5 || std::fabs(x) < 1e-2))
-    std::snprintf(text, sizeof(text), "%.0e", x);
-  else
-    std::snprintf(text, sizeof(text), "%g", x);
+  std::snprintf(text, sizeof(text), "%g", x);  // 1-2-5 steps print exactly
   return text;
 }
 
@@ -73,6 +72,9 @@ std::string render_svg(const LinePlot& plot) {
     ax_lo -= 1.0;
     ax_hi += 1.0;
   }
+  const double pad = kXPadding * (ax_hi - ax_lo);
+  ax_lo -= pad;
+  ax_hi += pad;
   const double y_step = nice_step(y_max > 0.0 ? y_max : 1.0);
   const double y_top = std::ceil((y_max > 0.0 ? y_max : 1.0) / y_step) * y_step;
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;

@@ -45,8 +45,17 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   std::vector<std::string> header = {"backend", "kernel / status", "runs", "median ms",
                                      "TFLOP/s", "GB/s", "max rel err", "tol used"};
   if (sweep) header.insert(header.begin(), {"Sq", "Sk", "B"});
-  std::vector<std::vector<std::string>> cells;
+  // A backend skipped for the same reason at every sweep point is listed once.
+  std::vector<const Row*> shown;
   for (const Row& r : rows) {
+    const bool repeat = !r.ok() && std::any_of(shown.begin(), shown.end(), [&](const Row* s) {
+      return s->backend == r.backend && s->status == r.status;
+    });
+    if (!repeat) shown.push_back(&r);
+  }
+  std::vector<std::vector<std::string>> cells;
+  for (const Row* row : shown) {
+    const Row& r = *row;
     std::vector<std::string> line;
     if (sweep)
       line = {std::to_string(r.desc.seqlen_q), std::to_string(r.desc.seqlen_kv),
@@ -71,9 +80,9 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   const size_t kernel_col = sweep ? 4 : 1;
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
-  for (size_t i = 0; i < rows.size(); ++i)
+  for (size_t i = 0; i < shown.size(); ++i)
     for (size_t c = 0; c < header.size(); ++c)
-      if (c != kernel_col || rows[i].ok()) width[c] = std::max(width[c], cells[i][c].size());
+      if (c != kernel_col || shown[i]->ok()) width[c] = std::max(width[c], cells[i][c].size());
 
   auto print_line = [&](const std::vector<std::string>& line, bool spans) {
     std::string text;
@@ -94,7 +103,7 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
   size_t total = 0;
   for (size_t w : width) total += w + 2;
   std::fprintf(out, "%s\n", std::string(total - 2, '-').c_str());
-  for (size_t i = 0; i < rows.size(); ++i) print_line(cells[i], !rows[i].ok());
+  for (size_t i = 0; i < shown.size(); ++i) print_line(cells[i], !shown[i]->ok());
 }
 
 }  // namespace compare
