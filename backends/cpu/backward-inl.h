@@ -1,0 +1,295 @@
+// CPU backward attention, two deterministic passes (per-target code; threads live in
+// cpu_backend.cpp).
+//
+// Algorithm: P is recomputed from Q, K and the forward's lse (P = 2^(s·log2e -
+// lse·log2e)); with Dᵢ = rowsum(dO∘O):
+//   dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D) (∘ (1 − tanh²) under softcap),
+//   dK = dSᵀ·Q·scale,  dQ = dS·K·scale.
+// Pass 1 (dK, dV): item = (batch, kv head, K/V block); it walks every query head of
+//   the GQA group and every q tile that sees the block, so dK/dV are summed over the
+//   group inside one item, in a fixed order.
+// Pass 2 (dQ): item = (batch, kv head, q block) with the group's heads stacked as in
+//   the forward; it walks the K/V tiles in order and accumulates dQ.
+// Every output element is written by exactly one item and each item's arithmetic
+// order does not depend on the thread count, so results are bitwise identical for
+// any OMP_NUM_THREADS and run to run, with no atomics and no partial buffers. The
+// price is recomputing Sᵀ and dPᵀ in pass 2 (8 tile products instead of 5).
+// Every product is the micro-kernel of microkernel-inl.h in Sᵀ orientation (keys are
+// rows, query rows are vector lanes), so P, dS need no transposition.
+// Tolerance class: f32 accumulation; same rule as the forward.
+// Run: build/tests/cpu/flash_cpu_kernel_test, build/tests/cpu/flash_cpu_determinism_test.
+
+#if defined(FLASH_CPU_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASH_CPU_BACKWARD_INL_H_
+#undef FLASH_CPU_BACKWARD_INL_H_
+#else
+#define FLASH_CPU_BACKWARD_INL_H_
+#endif
+
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/forward-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flash::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// On entry st = Sᵀ (natural units) and dpt = dPᵀ, rows [0, k_rows); on exit st = Pᵀ and
+// dpt = dSᵀ (masked entries and rows >= kb are exactly 0 in both).
+HWY_INLINE void BackwardScores(float* HWY_RESTRICT st, float* HWY_RESTRICT dpt, size_t rows,
+                               size_t kb, size_t k_rows, float softcap, bool boundary,
+                               const float* lo_rel, const float* hi_rel, const float* lse2,
+                               const float* di) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto log2e = hn::Set(d, kLog2e);
+  const auto inv_cap = hn::Set(d, softcap > 0 ? 1.0f / softcap : 0.0f);
+  const auto cap = hn::Set(d, softcap);
+  const auto one = hn::Set(d, 1.0f);
+  for (size_t c = 0; c < rows; c += N) {
+    const auto lse_v = hn::Load(d, lse2 + c);
+    const auto di_v = hn::Load(d, di + c);
+    const auto lo = boundary ? hn::Load(d, lo_rel + c) : hn::Zero(d);
+    const auto hi = boundary ? hn::Load(d, hi_rel + c) : hn::Zero(d);
+    for (size_t j = 0; j < k_rows; ++j) {
+      float* sp = st + j * rows + c;
+      float* dp = dpt + j * rows + c;
+      if (j >= kb) {
+        hn::Store(hn::Zero(d), d, sp);
+        hn::Store(hn::Zero(d), d, dp);
+        continue;
+      }
+      auto s = hn::Load(d, sp);
+      auto deriv = one;
+      if (softcap > 0) {
+        const auto t = hn::Tanh(d, hn::Mul(s, inv_cap));
+        s = hn::Mul(cap, t);
+        deriv = hn::NegMulAdd(t, t, one);
+      }
+      auto pv = Exp2(d, hn::MulSub(s, log2e, lse_v));
+      if (boundary) {
+        const auto jv = hn::Set(d, static_cast<float>(j));
+        pv = hn::IfThenElseZero(hn::And(hn::Ge(jv, lo), hn::Le(jv, hi)), pv);
+      }
+      auto ds = hn::Mul(pv, hn::Sub(hn::Load(d, dp), di_v));
+      if (softcap > 0) ds = hn::Mul(ds, deriv);
+      hn::Store(pv, d, sp);
+      hn::Store(ds, d, dp);
+    }
+  }
+}
+
+// Loads, for one q row i of head h: Q (scaled) into qrow (and Qᵀ column r), dO into
+// dorow (and dOᵀ column r), Dᵢ = dO·O and lse·log2e. i < 0 fills a padding row.
+struct BackwardRows {
+  float *qt, *qrow, *dot, *dorow, *di, *lse2, *tmp;
+  size_t rows, d_pad, dv_pad;
+
+  HWY_INLINE void Load(const CallArgs& a, int64_t b, int64_t h, int64_t i, size_t r) const {
+    const flash_problem& p = *a.p;
+    const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+    float* qr = qrow + r * d_pad;
+    float* dr = dorow + r * dv_pad;
+    if (i < 0) {
+      std::fill(qr, qr + d_pad, 0.0f);
+      std::fill(dr, dr + dv_pad, 0.0f);
+      for (size_t c = 0; c < D; ++c) qt[c * rows + r] = 0.0f;
+      for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = 0.0f;
+      di[r] = 0.0f;
+      lse2[r] = std::numeric_limits<float>::infinity();  // P = 0
+      return;
+    }
+    LoadRow(p.dtype, At(a.q, p.dtype, p.q_stride, b, i, h), D, p.scale, qr);
+    std::fill(qr + D, qr + d_pad, 0.0f);
+    for (size_t c = 0; c < D; ++c) qt[c * rows + r] = qr[c];
+    LoadRow(p.dtype, At(a.dout, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, dr);
+    std::fill(dr + Dv, dr + dv_pad, 0.0f);
+    for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = dr[c];
+    LoadRow(p.dtype, At(a.o, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, tmp);
+    float dsum = 0.0f;
+    for (size_t c = 0; c < Dv; ++c) dsum += dr[c] * tmp[c];
+    di[r] = dsum;
+    const float lse = a.lse[(b * p.heads_q + h) * p.seqlen_q + i];
+    // A row that saw no key (lse = -inf) has P = 0: lse2 = +inf gives exactly that.
+    lse2[r] = lse == -std::numeric_limits<float>::infinity()
+                  ? std::numeric_limits<float>::infinity()
+                  : lse * kLog2e;
+  }
+};
+
+// Workspace of one backward item.
+struct BackwardTiles {
+  BackwardRows rows;
+  float *st, *dpt, *kpack, *vpack, *acc0, *acc1, *lo_rel, *hi_rel;
+};
+
+// acc0_floats: dK accumulator (pass 1) or dQ accumulator (pass 2).
+HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, size_t acc0_floats) {
+  const size_t N = Tiles::kLanes, K = Tiles::kKeys;
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  const size_t d_pad = RoundUpTo(D, N), dv_pad = RoundUpTo(Dv, N);
+  const size_t sizes[] = {D * R, R * d_pad, Dv * R, R * dv_pad, R,         R,
+                          std::max(D, Dv), K * R, K * R,  K * d_pad, K * dv_pad, acc0_floats,
+                          K * dv_pad, R, R};
+  size_t total = 0;
+  for (size_t s : sizes) total += Workspace::RoundUp(s);
+  Workspace& ws = Workspace::ForThisThread();
+  ws.reset(total);
+  BackwardTiles t;
+  t.rows = {ws.take(D * R), ws.take(R * d_pad), ws.take(Dv * R), ws.take(R * dv_pad),
+            ws.take(R),     ws.take(R),         ws.take(std::max(D, Dv)), R, d_pad, dv_pad};
+  t.st = ws.take(K * R);
+  t.dpt = ws.take(K * R);
+  t.kpack = ws.take(K * d_pad);
+  t.vpack = ws.take(K * dv_pad);
+  t.acc0 = ws.take(acc0_floats);
+  t.acc1 = ws.take(K * dv_pad);  // dV (pass 1)
+  t.lo_rel = ws.take(R);
+  t.hi_rel = ws.take(R);
+  return t;
+}
+
+// K and V of one tile as A operands (rows = keys, padded to k_rows) and K also as a
+// B operand (row-major, d_pad columns). In place when f32 and no padding is needed.
+struct KvOperands {
+  StridedA ka, va;
+  const float* kb_ptr;
+  size_t ldk;
+};
+
+HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t j0, size_t kb,
+                             size_t k_rows, const BackwardTiles& t) {
+  const flash_problem& p = *a.p;
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  const size_t d_pad = t.rows.d_pad;
+  const bool in_place = p.dtype == FLASH_F32 && k_rows == kb;
+  KvOperands op;
+  if (in_place && d_pad == D) {
+    const float* kp = static_cast<const float*>(At(a.k, p.dtype, p.k_stride, b, j0, hkv));
+    op.ka = {kp, static_cast<size_t>(p.k_stride[1]), 1};
+    op.kb_ptr = kp;
+    op.ldk = static_cast<size_t>(p.k_stride[1]);
+  } else {
+    LoadTile(p.dtype, At(a.k, p.dtype, p.k_stride, b, j0, hkv), p.k_stride[1], kb, k_rows, D,
+             1.0f, t.kpack, d_pad);
+    op.ka = {t.kpack, d_pad, 1};
+    op.kb_ptr = t.kpack;
+    op.ldk = d_pad;
+  }
+  if (in_place) {
+    op.va = {static_cast<const float*>(At(a.v, p.dtype, p.v_stride, b, j0, hkv)),
+             static_cast<size_t>(p.v_stride[1]), 1};
+  } else {
+    LoadTile(p.dtype, At(a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, k_rows, Dv,
+             1.0f, t.vpack, Dv);
+    op.va = {t.vpack, Dv, 1};
+  }
+  return op;
+}
+
+// Sᵀ and dPᵀ of one (K/V tile, q tile), turned into Pᵀ and dSᵀ.
+HWY_INLINE void ScoresAndGrad(const flash_problem& p, const KvOperands& kv, size_t k_rows,
+                              size_t kb, size_t R, bool boundary, const BackwardTiles& t) {
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, kv.ka, t.rows.qt, R, t.st, R, CMode::kOverwrite);
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, Dv, kv.va, t.rows.dot, R, t.dpt, R,
+                                   CMode::kOverwrite);
+  BackwardScores(t.st, t.dpt, R, kb, k_rows, p.softcap, boundary, t.lo_rel, t.hi_rel,
+                 t.rows.lse2, t.rows.di);
+}
+
+// Pass 1: dK and dV of one K/V block, summed over the group's heads.
+HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
+  const CallArgs& a = plan.a;
+  const flash_problem& p = *a.p;
+  int64_t b, hkv, kvb;
+  plan.decode_kv_item(item, b, hkv, kvb);
+  const size_t R = Tiles::kRows, K = Tiles::kKeys;
+  const int64_t j0 = kvb * static_cast<int64_t>(K);
+  const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
+  const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);
+  const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
+  BackwardTiles t =
+      TakeBackwardTiles(p, R, K * RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes));
+  const size_t d_pad = t.rows.d_pad, dv_pad = t.rows.dv_pad;
+  float* dk_acc = t.acc0;
+  float* dv_acc = t.acc1;
+  std::fill(dk_acc, dk_acc + k_rows * d_pad, 0.0f);
+  std::fill(dv_acc, dv_acc + k_rows * dv_pad, 0.0f);
+  const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
+  int64_t* row_index = Workspace::ForThisThread().index(R);
+
+  for (int64_t g = 0; g < plan.group; ++g) {
+    const int64_t h = hkv * plan.group + g;
+    for (int64_t i0 = 0; i0 < p.seqlen_q; i0 += static_cast<int64_t>(R)) {
+      const int64_t i_last = std::min<int64_t>(i0 + static_cast<int64_t>(R), p.seqlen_q) - 1;
+      if (!plan.mask.any(i0, i_last, j0, j_last)) continue;
+      const bool boundary = !plan.mask.all(i0, i_last, j0, j_last);
+      for (size_t r = 0; r < R; ++r) {
+        const int64_t i = i0 + static_cast<int64_t>(r);
+        row_index[r] = i <= i_last ? i : -1;
+        t.rows.Load(a, b, h, row_index[r], r);
+      }
+      if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
+      ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1}, t.rows.dorow,
+                                       dv_pad, dv_acc, dv_pad, CMode::kAccumulate);
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1}, t.rows.qrow,
+                                       d_pad, dk_acc, d_pad, CMode::kAccumulate);
+    }
+  }
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  for (size_t j = 0; j < kb; ++j) {
+    const int64_t key = j0 + static_cast<int64_t>(j);
+    StoreFromF32(p.dtype, dk_acc + j * d_pad, D, 1.0f, At(a.dk, p.dtype, p.k_stride, b, key, hkv));
+    StoreFromF32(p.dtype, dv_acc + j * dv_pad, Dv, 1.0f,
+                 At(a.dv, p.dtype, p.v_stride, b, key, hkv));
+  }
+}
+
+// Pass 2: dQ of one stacked q block.
+HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
+  const CallArgs& a = plan.a;
+  const flash_problem& p = *a.p;
+  int64_t b, hkv, qb;
+  plan.decode_q_item(item, b, hkv, qb);
+  const size_t R = static_cast<size_t>(plan.item_rows), K = Tiles::kKeys;
+  const size_t d_pad = RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes);
+  BackwardTiles t = TakeBackwardTiles(p, R, R * d_pad);
+  float* dq_acc = t.acc0;
+  std::fill(dq_acc, dq_acc + R * d_pad, 0.0f);
+  int64_t* row_index = Workspace::ForThisThread().index(R);
+  StackedRows(plan, qb, row_index);
+  for (size_t r = 0; r < R; ++r) {
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    t.rows.Load(a, b, h, row_index[r], r);
+  }
+  const int64_t i_first = qb * plan.rows_per_head;
+  const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
+  const int64_t j_begin = plan.mask.lo(i_first), j_end = plan.mask.hi(i_last);
+  for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
+    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
+    const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);
+    const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
+    const bool boundary = !plan.mask.all(i_first, i_last, j0, j_last);
+    const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
+    if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
+    ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
+    Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R}, kv.kb_ptr, kv.ldk,
+                                     dq_acc, d_pad, CMode::kAccumulate);
+  }
+  const size_t D = static_cast<size_t>(p.head_dim);
+  for (size_t r = 0; r < R; ++r) {
+    if (row_index[r] < 0) continue;
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    StoreFromF32(p.dtype, dq_acc + r * d_pad, D, p.scale,
+                 At(a.dq, p.dtype, p.q_stride, b, row_index[r], h));
+  }
+}
+
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASH_CPU_BACKWARD_INL_H_

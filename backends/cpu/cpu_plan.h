@@ -1,0 +1,161 @@
+// Plain C++ (no SIMD) description of one CPU attention call: the mask as per-row key
+// intervals, the work decomposition into items, the per-thread workspace, and the
+// tile parameters each SIMD target reports. Shared by cpu_backend.cpp (threads,
+// dispatch) and the per-target kernels (*-inl.h compiled through targets.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dispatch/module_abi.h"
+#include "hwy/aligned_allocator.h"
+
+namespace flash::cpu {
+
+// Tile parameters of one SIMD target (filled by the target's TargetTiles()).
+struct TargetTiles {
+  size_t lanes;      // f32 lanes per vector
+  size_t rows;       // query rows per work item (forward, dq pass, dk/dv pass q tile)
+  size_t keys;       // keys per K/V tile
+  size_t row_align;  // item rows are padded to a multiple of this
+  size_t key_align;  // K/V tiles are padded to a multiple of this many keys
+};
+
+// Row i sees key j iff lo(i) <= j <= hi(i) (empty when lo > hi). Both bounds are
+// non-decreasing in i, which is what makes whole-block skipping a range test.
+struct MaskRule {
+  int64_t seqlen_q, seqlen_kv;
+  bool causal;
+  int64_t window_left, window_right;  // clamped to seqlen_q + seqlen_kv: same mask, no overflow
+
+  static MaskRule From(const flash_problem& p) {
+    const int64_t bound = p.seqlen_q + p.seqlen_kv;
+    return {p.seqlen_q, p.seqlen_kv, p.causal != 0, std::min(p.window_left, bound),
+            std::min(p.window_right, bound)};
+  }
+  int64_t diag(int64_t i) const { return i + seqlen_kv - seqlen_q; }
+  int64_t lo(int64_t i) const {
+    return window_left < 0 ? 0 : std::max<int64_t>(0, diag(i) - window_left);
+  }
+  int64_t hi(int64_t i) const {
+    int64_t h = seqlen_kv - 1;
+    if (causal) h = std::min(h, diag(i));
+    if (window_right >= 0) h = std::min(h, diag(i) + window_right);
+    return h;
+  }
+  // Rows [i0, i1] see some key in [j0, j1] (range test; holes cannot occur because
+  // every row's interval shifts by one key per row).
+  bool any(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    return lo(i0) <= j1 && hi(i1) >= j0 && lo(i0) <= hi(i1);
+  }
+  // Every row in [i0, i1] sees every key in [j0, j1]: the tile needs no mask.
+  bool all(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    return lo(i1) <= j0 && hi(i0) >= j1;
+  }
+};
+
+// Pointers of one call. Backward-only fields are null in the forward.
+struct CallArgs {
+  const flash_problem* p;
+  const void *q, *k, *v;
+  const void* o;  // forward: output; backward: forward's output
+  void* o_out;    // forward output (same as o)
+  const void* dout;
+  const float* lse;  // backward input
+  void *dq, *dk, *dv;
+};
+
+// How a call is cut into work items. An item of the forward and the dq pass is
+// (batch, kv head, block of q rows) with the rows of all heads_q/heads_kv query heads
+// of the group stacked, so each K/V tile is loaded once for the whole group.
+struct Plan {
+  CallArgs a;
+  TargetTiles tiles;
+  MaskRule mask;
+  int64_t group;          // query heads per kv head
+  int64_t rows_per_head;  // q rows of each head in one item
+  int64_t item_rows;      // group * rows_per_head padded to tiles.row_align
+  int64_t q_blocks;       // per (batch, kv head)
+  int64_t kv_blocks;      // per (batch, kv head), backward dk/dv pass
+  int64_t bh;             // batch * heads_kv
+
+  static Plan Make(const CallArgs& a, const TargetTiles& t) {
+    const flash_problem& p = *a.p;
+    Plan plan{a, t, MaskRule::From(p), p.heads_q / p.heads_kv, 0, 0, 0, 0, p.batch * p.heads_kv};
+    const int64_t rows = static_cast<int64_t>(t.rows);
+    plan.rows_per_head = std::max<int64_t>(1, std::min<int64_t>(rows / plan.group, p.seqlen_q));
+    const int64_t stacked = plan.group * plan.rows_per_head;
+    const int64_t align = static_cast<int64_t>(t.row_align);
+    plan.item_rows = (stacked + align - 1) / align * align;
+    plan.q_blocks = (p.seqlen_q + plan.rows_per_head - 1) / plan.rows_per_head;
+    const int64_t keys = static_cast<int64_t>(t.keys);
+    plan.kv_blocks = (p.seqlen_kv + keys - 1) / keys;
+    return plan;
+  }
+  // Items ordered so the most expensive (last q blocks under a causal mask) come
+  // first: with a dynamic schedule that keeps the tail of the loop short.
+  int64_t q_items() const { return bh * q_blocks; }
+  void decode_q_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& qb) const {
+    qb = q_blocks - 1 - item / bh;
+    b = (item % bh) / a.p->heads_kv;
+    hkv = item % a.p->heads_kv;
+  }
+  int64_t kv_items() const { return bh * kv_blocks; }
+  void decode_kv_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& kb) const {
+    kb = item / bh;  // causal: low kv blocks are seen by the most q rows
+    b = (item % bh) / a.p->heads_kv;
+    hkv = item % a.p->heads_kv;
+  }
+};
+
+// Per-thread scratch memory, O(tile). Each OpenMP worker keeps one in thread-local
+// storage; it only grows (to the largest tile set seen) and is reused by every later
+// call on that thread, so a call allocates nothing once the pool is warm.
+class Workspace {
+ public:
+  // Hands out consecutive 64-byte-aligned float arrays; reset() before each item.
+  void reset(size_t total_floats) {
+    if (total_floats > capacity_) {
+      buffer_ = hwy::AllocateAligned<float>(total_floats);
+      capacity_ = total_floats;
+    }
+    used_ = 0;
+  }
+  float* take(size_t n) {
+    float* p = buffer_.get() + used_;
+    used_ += RoundUp(n);
+    return p;
+  }
+  static size_t RoundUp(size_t n) { return (n + 15) / 16 * 16; }
+  // Integer scratch (row indices), same growth rule.
+  int64_t* index(size_t n) {
+    if (index_.size() < n) index_.resize(n);
+    return index_.data();
+  }
+  static Workspace& ForThisThread() {
+    static thread_local Workspace ws;
+    return ws;
+  }
+
+ private:
+  hwy::AlignedFreeUniquePtr<float[]> buffer_;
+  size_t capacity_ = 0, used_ = 0;
+  std::vector<int64_t> index_;
+};
+
+inline size_t ElementSize(int32_t dtype) { return dtype == FLASH_F32 ? 4 : 2; }
+
+// Address of element (b, s, h, 0) of a tensor with the given element strides.
+inline const void* At(const void* base, int32_t dtype, const int64_t* stride, int64_t b,
+                      int64_t s, int64_t h) {
+  return static_cast<const char*>(base) +
+         (b * stride[0] + s * stride[1] + h * stride[2]) * static_cast<int64_t>(ElementSize(dtype));
+}
+inline void* At(void* base, int32_t dtype, const int64_t* stride, int64_t b, int64_t s,
+                int64_t h) {
+  return const_cast<void*>(At(static_cast<const void*>(base), dtype, stride, b, s, h));
+}
+
+}  // namespace flash::cpu

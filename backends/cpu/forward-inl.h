@@ -1,0 +1,253 @@
+// CPU forward attention, one work item (per-target code; threads live in
+// cpu_backend.cpp).
+//
+// Algorithm (FlashAttention-2 on CPU): an item is (batch, kv head, block of q rows)
+// with the rows of every query head of the GQA group stacked, so each K/V tile is
+// read once per group. Qᵀ (scaled by scale·log2e) is packed once per item; then for
+// each K/V tile of kKeys keys inside the item's visible key range:
+//   Sᵀ = K·Qᵀ        micro-kernel, K read in place (f32) or widened per tile
+//   mask             only on boundary tiles (whole tiles outside the mask are never
+//                    visited; tiles every row fully sees skip the mask)
+//   online softmax   column-wise over Sᵀ: running max m and sum l per row, P = 2^(S-m)
+//   O = α·O + P·V    micro-kernel with the rescale α = 2^(m_old-m_new) folded into
+//                    its load of O; boundary tiles run it row by row over exactly the
+//                    keys the row sees, so a NaN in a masked V row reaches no one.
+// Normalisation by 1/l and lse = ln2·(m + log2 l) happen once, when O is written.
+// Rows that see no key get o = 0, lse = -inf.
+// Tolerance class: f32 accumulation throughout; error comparable to a naive f32
+// attention (the cross-backend suite's 2x-naive rule).
+// Measured (dev machine, 2 cores AVX2, f32, B=1 H=8 S=2048 D=128): see
+// backends/cpu/README.md and bench/RESULTS.md.
+// Run: build/tests/cpu/flash_cpu_kernel_test (correctness vs a naive loop, all SIMD
+// targets), build/tests/cpu/flash_cpu_speed (GFLOP/s).
+
+#if defined(FLASH_CPU_FORWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASH_CPU_FORWARD_INL_H_
+#undef FLASH_CPU_FORWARD_INL_H_
+#else
+#define FLASH_CPU_FORWARD_INL_H_
+#endif
+
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/convert.h"
+#include "backends/cpu/cpu_plan.h"
+#include "backends/cpu/exp-inl.h"
+#include "backends/cpu/load-inl.h"
+#include "backends/cpu/microkernel-inl.h"
+#include "backends/cpu/tiles-inl.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flash::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Per-row key interval of one tile, relative to its first key, as floats (exact:
+// values are clamped to [-1, kKeys]) so the mask is a vector compare against j.
+HWY_INLINE void TileIntervals(const MaskRule& mask, const int64_t* row_index, size_t rows,
+                              int64_t j0, size_t kb, float* lo_rel, float* hi_rel) {
+  for (size_t r = 0; r < rows; ++r) {
+    const int64_t i = row_index[r];
+    if (i < 0) {  // padding row: empty interval
+      lo_rel[r] = 1.0f;
+      hi_rel[r] = 0.0f;
+      continue;
+    }
+    const int64_t lo = std::max<int64_t>(mask.lo(i) - j0, -1);
+    const int64_t hi = std::min<int64_t>(mask.hi(i) - j0, static_cast<int64_t>(kb));
+    lo_rel[r] = static_cast<float>(std::min<int64_t>(lo, static_cast<int64_t>(kb)));
+    hi_rel[r] = static_cast<float>(std::max<int64_t>(hi, -1));
+  }
+}
+
+// Applies softcap (values in log2 units afterwards) and, on boundary tiles, the mask
+// to Sᵀ rows [0, kb) and columns [0, rows), both in place.
+HWY_INLINE void CapAndMask(float* HWY_RESTRICT st, size_t rows, size_t kb, float softcap,
+                           bool boundary, const float* lo_rel, const float* hi_rel) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto inv_cap = hn::Set(d, softcap > 0 ? 1.0f / softcap : 0.0f);
+  const auto cap_log2 = hn::Set(d, softcap * kLog2e);
+  for (size_t c = 0; c < rows; c += N) {
+    const auto lo = boundary ? hn::Load(d, lo_rel + c) : hn::Zero(d);
+    const auto hi = boundary ? hn::Load(d, hi_rel + c) : hn::Zero(d);
+    for (size_t j = 0; j < kb; ++j) {
+      float* p = st + j * rows + c;
+      auto s = hn::Load(d, p);
+      if (softcap > 0) s = hn::Mul(cap_log2, hn::Tanh(d, hn::Mul(s, inv_cap)));
+      if (boundary) {
+        const auto jv = hn::Set(d, static_cast<float>(j));
+        s = hn::IfThenElse(hn::And(hn::Ge(jv, lo), hn::Le(jv, hi)), s, neg_inf);
+      }
+      hn::Store(s, d, p);
+    }
+  }
+}
+
+// Online softmax over Sᵀ rows [0, kb): updates m, l, writes α and P (in place).
+HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb,
+                              float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                              float* HWY_RESTRICT alpha) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  for (size_t c = 0; c < rows; c += N) {
+    const auto m_old = hn::Load(d, m + c);
+    auto mx = m_old;
+    for (size_t j = 0; j < kb; ++j) mx = hn::Max(mx, hn::Load(d, st + j * rows + c));
+    // A row that has seen only masked keys keeps m = -inf; subtract 0 instead so
+    // exp2(-inf - (-inf)) never produces NaN.
+    const auto m_use = hn::IfThenZeroElse(hn::Eq(mx, neg_inf), mx);
+    const auto a = Exp2(d, hn::Sub(m_old, m_use));
+    auto sum = hn::Zero(d);
+    for (size_t j = 0; j < kb; ++j) {
+      float* p = st + j * rows + c;
+      const auto e = Exp2(d, hn::Sub(hn::Load(d, p), m_use));
+      hn::Store(e, d, p);
+      sum = hn::Add(sum, e);
+    }
+    hn::Store(hn::MulAdd(hn::Load(d, l + c), a, sum), d, l + c);
+    hn::Store(mx, d, m + c);
+    hn::Store(a, d, alpha + c);
+  }
+}
+
+// Packs Qᵀ (d-major, `rows` columns) for the stacked rows of one item, scaled.
+// row_index[r] = query position of row r or -1 for padding; head of row r is
+// first_head + r / rows_per_head.
+HWY_INLINE void PackQTransposed(const flash_problem& p, const void* q, int64_t b,
+                                int64_t first_head, int64_t rows_per_head,
+                                const int64_t* row_index, size_t rows, float scale,
+                                float* HWY_RESTRICT row_tmp, float* HWY_RESTRICT qt) {
+  const size_t D = static_cast<size_t>(p.head_dim);
+  for (size_t r = 0; r < rows; ++r) {
+    if (row_index[r] < 0) {
+      for (size_t dd = 0; dd < D; ++dd) qt[dd * rows + r] = 0.0f;
+      continue;
+    }
+    const int64_t h = first_head + static_cast<int64_t>(r) / rows_per_head;
+    LoadRow(p.dtype, At(q, p.dtype, p.q_stride, b, row_index[r], h), D, scale, row_tmp);
+    for (size_t dd = 0; dd < D; ++dd) qt[dd * rows + r] = row_tmp[dd];
+  }
+}
+
+// Query position of each stacked row of item (qb), -1 for padding rows.
+HWY_INLINE void StackedRows(const Plan& plan, int64_t qb, int64_t* row_index) {
+  const int64_t i0 = qb * plan.rows_per_head;
+  for (int64_t r = 0; r < plan.item_rows; ++r) {
+    const int64_t h = r / plan.rows_per_head, i = i0 + r % plan.rows_per_head;
+    row_index[r] = (h < plan.group && i < plan.a.p->seqlen_q) ? i : -1;
+  }
+}
+
+HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
+  const flash_problem& p = *plan.a.p;
+  int64_t b, hkv, qb;
+  plan.decode_q_item(item, b, hkv, qb);
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  const size_t N = Tiles::kLanes, K = Tiles::kKeys;
+  const size_t R = static_cast<size_t>(plan.item_rows);
+  const size_t dv_pad = RoundUpTo(Dv, N);
+  const bool f32 = p.dtype == FLASH_F32;
+
+  Workspace& ws = Workspace::ForThisThread();
+  ws.reset(Workspace::RoundUp(D * R) + Workspace::RoundUp(K * R) + Workspace::RoundUp(R * dv_pad) +
+           5 * Workspace::RoundUp(R) + Workspace::RoundUp(K * D) + Workspace::RoundUp(K * dv_pad) +
+           Workspace::RoundUp(std::max(D, Dv)));
+  float* qt = ws.take(D * R);
+  float* st = ws.take(K * R);
+  float* o = ws.take(R * dv_pad);
+  float* m = ws.take(R);
+  float* l = ws.take(R);
+  float* alpha = ws.take(R);
+  float* lo_rel = ws.take(R);
+  float* hi_rel = ws.take(R);
+  float* kpack = ws.take(K * D);
+  float* vpack = ws.take(K * dv_pad);
+  float* row_tmp = ws.take(std::max(D, Dv));
+  int64_t* row_index = ws.index(R);
+
+  StackedRows(plan, qb, row_index);
+  const int64_t i_first = qb * plan.rows_per_head;
+  const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
+  const float q_scale = p.softcap > 0 ? p.scale : p.scale * kLog2e;
+  PackQTransposed(p, plan.a.q, b, hkv * plan.group, plan.rows_per_head, row_index, R, q_scale,
+                  row_tmp, qt);
+  std::fill(o, o + R * dv_pad, 0.0f);
+  std::fill(m, m + R, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + R, 0.0f);
+
+  const MaskRule& mask = plan.mask;
+  const int64_t j_begin = mask.lo(i_first), j_end = mask.hi(i_last);  // inclusive
+  for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
+    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
+    const bool boundary = !mask.all(i_first, i_last, j0, j0 + static_cast<int64_t>(kb) - 1);
+
+    // K as the A operand (rows = keys): in place when f32 and no partial row block.
+    StridedA ka{kpack, D, 1};
+    size_t k_rows = RoundUpTo(kb, Tiles::kQkMR);
+    if (f32 && k_rows == kb) {
+      ka = {static_cast<const float*>(At(plan.a.k, p.dtype, p.k_stride, b, j0, hkv)),
+            static_cast<size_t>(p.k_stride[1]), 1};
+    } else {
+      LoadTile(p.dtype, At(plan.a.k, p.dtype, p.k_stride, b, j0, hkv), p.k_stride[1], kb, k_rows,
+               D, 1.0f, kpack, D);
+    }
+    // V as the B operand (rows = keys, contiguous head_dim_v).
+    const float* vb = vpack;
+    size_t ldv = dv_pad;
+    if (f32 && dv_pad == Dv) {
+      vb = static_cast<const float*>(At(plan.a.v, p.dtype, p.v_stride, b, j0, hkv));
+      ldv = static_cast<size_t>(p.v_stride[1]);
+    } else {
+      LoadTile(p.dtype, At(plan.a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, kb, Dv,
+               1.0f, vpack, dv_pad);
+    }
+
+    Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, ka, qt, R, st, R, CMode::kOverwrite);
+    if (boundary) TileIntervals(mask, row_index, R, j0, kb, lo_rel, hi_rel);
+    if (boundary || p.softcap > 0) CapAndMask(st, R, kb, p.softcap, boundary, lo_rel, hi_rel);
+    OnlineSoftmax(st, R, kb, m, l, alpha);
+
+    if (!boundary) {
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, dv_pad, kb, StridedA{st, 1, R}, vb, ldv, o, dv_pad,
+                                       CMode::kScaleAccumulate, alpha);
+    } else {
+      // Row by row over exactly the keys the row sees (P is 0 elsewhere, but 0·NaN
+      // from a masked V row would not be).
+      for (size_t r = 0; r < R; ++r) {
+        const int64_t first = std::max<int64_t>(static_cast<int64_t>(lo_rel[r]), 0);
+        const int64_t last = std::min<int64_t>(static_cast<int64_t>(hi_rel[r]), kb - 1);
+        const size_t count = last >= first ? static_cast<size_t>(last - first + 1) : 0;
+        const size_t f = count ? static_cast<size_t>(first) : 0;
+        Gemm<1, Tiles::kPvNR>(1, dv_pad, count, StridedA{st + f * R + r, 1, R}, vb + f * ldv,
+                              ldv, o + r * dv_pad, dv_pad, CMode::kScaleAccumulate, alpha + r);
+      }
+    }
+  }
+
+  // Normalise once and write O (rounded once to the storage type) and lse.
+  for (size_t r = 0; r < R; ++r) {
+    if (row_index[r] < 0) continue;
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+    StoreFromF32(p.dtype, o + r * dv_pad, Dv, inv,
+                 At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
+    if (p.lse) {
+      p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
+          l[r] == 0.0f ? -std::numeric_limits<float>::infinity()
+                       : (m[r] + std::log2(l[r])) * kLn2;
+    }
+  }
+}
+
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASH_CPU_FORWARD_INL_H_

@@ -1,0 +1,108 @@
+// Register-blocked f32 GEMM micro-kernel shared by every product of the forward and
+// the backward (per-target code; included through targets.cpp).
+//
+// C[M x ncols] (=, +=, or row_scale[r]·C +=) A[M x K] · B[K x ncols], where A is read
+// through two strides (A(r, k) = a[r·a_rs + k·a_ks], so Kᵀ, Pᵀ and dSᵀ need no copy)
+// and B row by row (ldb), contiguous along ncols. The micro-tile keeps MR rows x NR
+// vectors of C in registers for the whole K loop: per k it loads NR vectors of B,
+// broadcasts MR scalars of A and issues MR·NR independent FMAs — enough independent
+// chains to cover FMA latency (2 pipes x 4 cycles) on every x86 target.
+// Contract: M % MR == 0 and ncols % lanes == 0 (callers pad); K is any size >= 0.
+
+#if defined(FLASH_CPU_MICROKERNEL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASH_CPU_MICROKERNEL_INL_H_
+#undef FLASH_CPU_MICROKERNEL_INL_H_
+#else
+#define FLASH_CPU_MICROKERNEL_INL_H_
+#endif
+
+#include <cstddef>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flash::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+enum class CMode {
+  kOverwrite,        // C = A·B
+  kAccumulate,       // C += A·B
+  kScaleAccumulate,  // C = row_scale[r]·C + A·B  (online-softmax rescale folded in)
+};
+
+// A(r, k) = p[r·rs + k·ks].
+struct StridedA {
+  const float* p;
+  size_t rs, ks;
+};
+
+template <size_t MR, size_t NR>
+HWY_INLINE void MicroTile(size_t K, StridedA a, const float* HWY_RESTRICT b, size_t ldb,
+                          float* HWY_RESTRICT c, size_t ldc, CMode mode,
+                          const float* HWY_RESTRICT row_scale) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d);
+  V acc[MR][NR];
+  for (size_t r = 0; r < MR; ++r)
+    for (size_t n = 0; n < NR; ++n) acc[r][n] = hn::Zero(d);
+  const float* ap = a.p;
+  for (size_t k = 0; k < K; ++k, ap += a.ks, b += ldb) {
+    V bv[NR];
+    for (size_t n = 0; n < NR; ++n) bv[n] = hn::LoadU(d, b + n * N);
+    for (size_t r = 0; r < MR; ++r) {
+      const V ar = hn::Set(d, ap[r * a.rs]);
+      for (size_t n = 0; n < NR; ++n) acc[r][n] = hn::MulAdd(ar, bv[n], acc[r][n]);
+    }
+  }
+  for (size_t r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (mode == CMode::kOverwrite) {
+      for (size_t n = 0; n < NR; ++n) hn::StoreU(acc[r][n], d, cr + n * N);
+    } else {
+      const V s = hn::Set(d, mode == CMode::kScaleAccumulate ? row_scale[r] : 1.0f);
+      for (size_t n = 0; n < NR; ++n)
+        hn::StoreU(hn::MulAdd(s, hn::LoadU(d, cr + n * N), acc[r][n]), d, cr + n * N);
+    }
+  }
+}
+
+// Remaining column vectors (fewer than NR) after the full panels.
+template <size_t MR, size_t NR>
+HWY_INLINE void GemmColumnTail(size_t M, size_t vecs, size_t K, StridedA a, const float* b,
+                               size_t ldb, float* c, size_t ldc, CMode mode,
+                               const float* row_scale) {
+  if constexpr (NR > 0) {
+    if (vecs == NR) {
+      for (size_t r = 0; r < M; r += MR)
+        MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, b, ldb, c + r * ldc, ldc,
+                          mode, row_scale ? row_scale + r : nullptr);
+    } else {
+      GemmColumnTail<MR, NR - 1>(M, vecs, K, a, b, ldb, c, ldc, mode, row_scale);
+    }
+  }
+}
+
+// Column panels outermost: the K x (NR·lanes) panel of B stays in L1 while every
+// MR-row block of A streams past it.
+template <size_t MR, size_t NR>
+HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, const float* b, size_t ldb,
+                     float* c, size_t ldc, CMode mode, const float* row_scale = nullptr) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t vecs = ncols / N;
+  size_t v = 0;
+  for (; v + NR <= vecs; v += NR) {
+    for (size_t r = 0; r < M; r += MR)
+      MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, b + v * N, ldb,
+                        c + r * ldc + v * N, ldc, mode, row_scale ? row_scale + r : nullptr);
+  }
+  if (v < vecs)
+    GemmColumnTail<MR, NR - 1>(M, vecs - v, K, a, b + v * N, ldb, c + v * N, ldc, mode,
+                               row_scale);
+}
+
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASH_CPU_MICROKERNEL_INL_H_

@@ -1,0 +1,117 @@
+// Compiles the kernels once per SIMD target (Highway foreach_target) and maps the
+// FLASH_CPU_TARGET names onto Highway's dispatch tables. Targets are set by the
+// CMake definitions HWY_COMPILE_ALL_ATTAINABLE and HWY_DISABLED_TARGETS: AVX-512
+// (AVX3), AVX2, SSE4 and EMU128 ("scalar") are always compiled, whatever -march says.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/targets.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "backends/cpu/backward-inl.h"
+#include "backends/cpu/exp-inl.h"
+#include "backends/cpu/forward-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flash::cpu::HWY_NAMESPACE {
+
+void ForwardItem(const Plan& plan, int64_t item) { ForwardItemImpl(plan, item); }
+void BackwardKvItem(const Plan& plan, int64_t item) { BackwardKvItemImpl(plan, item); }
+void BackwardQItem(const Plan& plan, int64_t item) { BackwardQItemImpl(plan, item); }
+TargetTiles GetTiles() { return MakeTargetTiles(); }
+
+void Exp2Array(const float* in, float* out, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(Exp2(d, hn::LoadU(d, in + i)), d, out + i);
+  for (; i < n; ++i) {
+    HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+    buf[0] = in[i];
+    hn::Store(Exp2(d, hn::Load(d, buf)), d, buf);
+    out[i] = buf[0];
+  }
+}
+
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cpu/targets.h"
+#include "flash/flash.hpp"
+
+namespace flash::cpu {
+
+HWY_EXPORT(ForwardItem);
+HWY_EXPORT(BackwardKvItem);
+HWY_EXPORT(BackwardQItem);
+HWY_EXPORT(GetTiles);
+HWY_EXPORT(Exp2Array);
+
+namespace {
+
+// Index of `target` in an HWY_EXPORT table (the same arithmetic as
+// hwy::ChosenTarget::GetIndex, for one target; EMU128/SCALAR map to the fallback).
+size_t TableIndex(int64_t target) {
+  return hwy::Num0BitsBelowLS1Bit_Nonzero64(
+      static_cast<uint64_t>(HWY_CHOSEN_TARGET_SHIFT(target) | HWY_CHOSEN_TARGET_MASK_SCALAR));
+}
+
+struct Named {
+  const char* name;
+  int64_t target;
+};
+// Best first. "scalar" is Highway's portable 128-bit emulation (EMU128), or HWY_SCALAR
+// where that is the build's baseline.
+constexpr Named kKnown[] = {{"avx512", HWY_AVX3},
+                            {"avx2", HWY_AVX2},
+                            {"sse4", HWY_SSE4},
+                            {"scalar", (HWY_TARGETS & HWY_EMU128) ? HWY_EMU128 : HWY_SCALAR}};
+
+std::vector<TargetKernels> Discover() {
+  std::vector<TargetKernels> out;
+  const int64_t supported = hwy::SupportedTargets();
+  for (const Named& n : kKnown) {
+    const bool is_scalar = std::strcmp(n.name, "scalar") == 0;
+    if (!(HWY_TARGETS & n.target)) continue;                  // not compiled
+    if (!is_scalar && !(supported & n.target)) continue;      // CPU lacks it
+    const size_t i = TableIndex(n.target);
+    if (!HWY_DISPATCH_TABLE(ForwardItem)[i]) continue;
+    out.push_back({n.name, n.target, HWY_DISPATCH_TABLE(GetTiles)[i](),
+                   HWY_DISPATCH_TABLE(ForwardItem)[i], HWY_DISPATCH_TABLE(BackwardKvItem)[i],
+                   HWY_DISPATCH_TABLE(BackwardQItem)[i], HWY_DISPATCH_TABLE(Exp2Array)[i]});
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<TargetKernels>& SupportedTargets() {
+  static const std::vector<TargetKernels> targets = Discover();
+  return targets;
+}
+
+std::string SupportedList() {
+  std::string s;
+  for (const TargetKernels& t : SupportedTargets()) s += (s.empty() ? "" : ",") + std::string(t.name);
+  return s;
+}
+
+const TargetKernels& SelectTarget() {
+  const std::vector<TargetKernels>& targets = SupportedTargets();
+  const char* env = std::getenv("FLASH_CPU_TARGET");
+  if (env == nullptr || *env == '\0') return targets.front();
+  for (const TargetKernels& t : targets)
+    if (std::strcmp(t.name, env) == 0) return t;
+  bool known = false;
+  for (const Named& n : kKnown) known = known || std::strcmp(n.name, env) == 0;
+  throw flash::Error(std::string("FLASH_CPU_TARGET='") + env + "' is " +
+                     (known ? "not supported by this CPU" : "not a known SIMD target") +
+                     "; valid values here: " + SupportedList());
+}
+
+}  // namespace flash::cpu
+#endif  // HWY_ONCE

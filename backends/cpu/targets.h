@@ -1,0 +1,35 @@
+// The SIMD targets compiled into the CPU backend and the one chosen for a call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_plan.h"
+
+namespace flash::cpu {
+
+// One compiled SIMD target's kernels (function pointers from Highway's dispatch table).
+struct TargetKernels {
+  const char* name;     // "avx512", "avx2", "sse4", "scalar" (FLASH_CPU_TARGET values)
+  int64_t hwy_target;   // HWY_AVX3, ...
+  TargetTiles tiles;
+  void (*forward_item)(const Plan&, int64_t item);
+  void (*backward_kv_item)(const Plan&, int64_t item);
+  void (*backward_q_item)(const Plan&, int64_t item);
+  void (*exp2)(const float* in, float* out, size_t n);  // for tests
+};
+
+// Targets this binary has and this CPU runs, best first. Never empty (scalar).
+const std::vector<TargetKernels>& SupportedTargets();
+
+// "avx512,avx2,sse4,scalar" style list of SupportedTargets().
+std::string SupportedList();
+
+// The target for this call: FLASH_CPU_TARGET if set (read on every call, so tests can
+// switch with setenv), else the best supported. Throws flash::Error naming the valid
+// values when FLASH_CPU_TARGET is unknown or not supported here.
+const TargetKernels& SelectTarget();
+
+}  // namespace flash::cpu
