@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""libflashattn against PyTorch SDPA on the same shapes, in one call, as ratios.
+
+Runs flashattn-compare --json for our backend and times PyTorch's SDPA on the same
+shapes in the same process tree, then prints one Markdown table (ready for
+bench/RESULTS.md) with TFLOP/s of both and the ratio ours/torch (> 1: we are faster).
+
+  # GPU (device machine): our cuda backend vs torch flash and cuDNN, bf16, forward
+  python3 bench/compare_torch.py --compare build-device/bench/flashattn-compare \\
+      --device cuda --dtype bf16 --head-dim 64 128 --seqlen 1024 4096 16384 --causal both
+  # CPU: our cpu backend vs torch's CPU flash kernel, same thread count
+  python3 bench/compare_torch.py --compare build/bench/flashattn-compare \\
+      --device cpu --dtype f32 --head-dim 64 128 --seqlen 1024 4096 --threads 16
+
+Shapes: GPU defaults follow FlashAttention's benchmark (batch*seqlen = 16384 tokens,
+heads*head_dim = 2048); CPU defaults are batch 1, 16 heads. Torch uses [B, H, S, D]
+tensors, we use [B, S, H, D] (each library's native layout).
+Timing: median of --iters after warm-up. GPU: CUDA events, L2 evicted before every
+timed call for both libraries (flashattn-compare does the same). CPU: wall clock,
+torch.set_num_threads(T) and OMP_NUM_THREADS=T for ours.
+FLOPs (both columns): 4*B*H*Sq*Sk*D forward, half for causal, backward 2.5x; the
+ratio does not depend on the count.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+TORCH_GPU_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                      "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+FA_TOKENS = 16384       # FlashAttention benchmark: batch * seqlen
+FA_MODEL_WIDTH = 2048   # FlashAttention benchmark: heads * head_dim
+CPU_HEADS = 16          # torch CPU anchor in shared/design/ANCHORS.md
+L2_EVICTION_FACTOR = 2  # zero a buffer twice the L2 size before each timed GPU call
+BACKWARD_WORK = 2.5
+
+
+def flops(batch, heads, seqlen, head_dim, causal, backward):
+    forward = 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+    return forward * (BACKWARD_WORK if backward else 1.0)
+
+
+class GpuTimer:
+    """Median milliseconds of fn over CUDA events, L2 evicted before each call."""
+
+    def __init__(self):
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.scratch = torch.empty(L2_EVICTION_FACTOR * l2, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn, iters, warmup=3):
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(iters):
+            self.scratch.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            stop = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        return sorted(times)[len(times) // 2]
+
+
+def cpu_timer(fn, iters, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def time_torch(args, name, batch, heads, seqlen, head_dim, causal, timer):
+    """Milliseconds of torch SDPA (forward or backward) with one torch backend."""
+    device = args.device
+    grad = args.backward
+    q = torch.randn(batch, heads, seqlen, head_dim, device=device, dtype=DTYPES[args.dtype],
+                    requires_grad=grad)
+    k = torch.randn_like(q, requires_grad=grad)
+    v = torch.randn_like(q, requires_grad=grad)
+    if device == "cuda":
+        context = sdpa_kernel([TORCH_GPU_BACKENDS[name]])
+    else:  # torch's CPU flash kernel, with the math path as its own fallback
+        context = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
+    with context:
+        if not grad:
+            return timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                         args.iters)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        g = torch.randn_like(o)
+        return timer(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True), args.iters)
+
+
+def run_ours(args, head_dim, causal, batch, heads):
+    """Rows of flashattn-compare --json for one head dim and mask, all seqlens."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ours.json")
+        cmd = [args.compare, "--backends", args.ours, "--dtype", args.dtype,
+               "--head-dim", str(head_dim), "--heads", str(heads),
+               "--seqlen", ",".join(str(s) for s in args.seqlen),
+               "--iters", str(args.iters), "--check-budget", str(args.check_budget),
+               "--json", out]
+        cmd += ["--batch", str(batch)] if batch else ["--tokens", str(FA_TOKENS)]
+        if causal:
+            cmd.append("--causal")
+        if args.backward:
+            cmd.append("--backward")
+        env = dict(os.environ)
+        if args.device == "cpu" and args.threads:
+            env["OMP_NUM_THREADS"] = str(args.threads)
+        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+        # Exit status 1 means "outside tolerance": still a measurement, reported below.
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+        if done.returncode not in (0, 1):
+            sys.exit(f"flashattn-compare failed with status {done.returncode}")
+        with open(out) as f:
+            return json.load(f)["rows"]
+
+
+def machine_line(args):
+    if args.device == "cuda":
+        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {args.threads or os.cpu_count()} threads, torch {torch.__version__}"
+
+
+def commit_line():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("FLASHATTN_COMMIT", "unknown (set FLASHATTN_COMMIT)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--compare", required=True, help="path of the flashattn-compare executable")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--ours", default=None, help="our backend (default: cuda on GPU, cpu on CPU)")
+    p.add_argument("--torch", nargs="+", default=None,
+                   help="torch GPU backends (default: flash cudnn); CPU: its default kernel")
+    p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--head-dim", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--seqlen", type=int, nargs="+", default=[1024, 4096, 16384])
+    p.add_argument("--batch", type=int, default=0, help="0: GPU 16384 // seqlen, CPU 1")
+    p.add_argument("--heads", type=int, default=0, help="0: GPU 2048 // head_dim, CPU 16")
+    p.add_argument("--causal", default="both", choices=["yes", "no", "both"])
+    p.add_argument("--backward", action="store_true")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for both (0: all cores)")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--check-budget", type=float, default=0.2,
+                   help="GFLOP of reference work per problem for our error column")
+    p.add_argument("--json", help="also write the rows as JSON")
+    args = p.parse_args()
+
+    gpu = args.device == "cuda"
+    args.ours = args.ours or ("cuda" if gpu else "cpu")
+    torch_names = (args.torch or ["flash", "cudnn"]) if gpu else ["cpu"]
+    if not gpu:
+        args.threads = args.threads or os.cpu_count()
+        torch.set_num_threads(args.threads)
+    timer = GpuTimer() if gpu else cpu_timer
+    causal_options = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
+
+    results = []
+    for head_dim in args.head_dim:
+        heads = args.heads or (FA_MODEL_WIDTH // head_dim if gpu else CPU_HEADS)
+        fixed_batch = args.batch or (0 if gpu else 1)
+        for causal in causal_options:
+            ours = run_ours(args, head_dim, causal, fixed_batch, heads)
+            for seqlen in args.seqlen:
+                mine = next(r for r in ours if r["seqlen_q"] == seqlen)
+                batch = mine["batch"]
+                row = dict(head_dim=head_dim, seqlen=seqlen, batch=batch, heads=heads,
+                           causal=causal, ours=mine)
+                work = flops(batch, heads, seqlen, head_dim, causal, args.backward)
+                for name in torch_names:
+                    print(f"torch {name} D={head_dim} S={seqlen} causal={causal}",
+                          file=sys.stderr, flush=True)
+                    try:
+                        ms = time_torch(args, name, batch, heads, seqlen, head_dim, causal, timer)
+                        row[name] = dict(ms=ms, tflops=work / ms / 1e9)
+                    except RuntimeError as e:  # torch backend declines this shape/dtype
+                        row[name] = dict(error=str(e).splitlines()[0][:100])
+                    if gpu:
+                        torch.cuda.empty_cache()
+                results.append(row)
+
+    direction = "backward" if args.backward else "forward"
+    print(f"\n### {args.dtype} {direction}, ours = {args.ours}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"machine: {machine_line(args)}; commit {commit_line()}")
+    print("command: " + " ".join(["python3"] + sys.argv))
+    print()
+    head = ["D", "S", "B", "H", "causal", "ours TF/s"]
+    for name in torch_names:
+        head += [f"torch {name} TF/s", f"ours/{name}"]
+    head += ["ours err (tol used)"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    rate = "{:.1f}" if gpu else "{:.3g}"  # GPU: hundreds of TF/s; CPU: ~0.01-2 TF/s
+    for r in results:
+        mine = r["ours"]
+        ok = mine["status"] == "ok"
+        cells = [str(r["head_dim"]), str(r["seqlen"]), str(r["batch"]), str(r["heads"]),
+                 "yes" if r["causal"] else "no",
+                 rate.format(mine["tflops"]) if ok else mine["status"][:60]]
+        for name in torch_names:
+            t = r[name]
+            if "error" in t:
+                cells += [t["error"][:40], "-"]
+            else:
+                cells += [rate.format(t["tflops"]),
+                          f"{mine['tflops'] / t['tflops']:.2f}" if ok else "-"]
+        if ok and mine["checked"]:
+            cells.append(f"{mine['relative_error']:.1e} ({100 * mine['tolerance_used']:.0f}%)")
+        else:
+            cells.append("-")
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(machine=machine_line(args), commit=commit_line(),
+                           argv=sys.argv, rows=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
