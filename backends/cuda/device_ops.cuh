@@ -102,6 +102,27 @@ __device__ __forceinline__ uint32_t tile_addr(uint32_t base, int row, int chunk)
   return base + (row * kChunks + swizzle<kChunks>(row, chunk)) * 16;
 }
 
+// ldmatrix addresses for one access pattern: lane reads row (row0 + lane_row), chunk
+// (chunk0 + lane_chunk) of a swizzled tile, with row0 a multiple of 8 and chunk0 even,
+// both compile-time in unrolled loops. The swizzle then depends on the lane only through
+// a few values, precomputed here, so each address is one register plus an immediate
+// (otherwise the compiler hoists one register per (row0, chunk0) out of the main loop).
+template <int kChunks>
+struct LdsmAddr {
+  static constexpr int kVariants = kChunks % 8 == 0 ? 4 : 2;
+  uint32_t lane_addr[kVariants];
+  __device__ __forceinline__ LdsmAddr(uint32_t base, int lane_row, int lane_chunk) {
+    const int x = kChunks % 8 == 0 ? (lane_row & 7) : ((lane_row >> 1) & 3);
+#pragma unroll
+    for (int i = 0; i < kVariants; ++i)
+      lane_addr[i] = base + lane_row * kChunks * 16 + (((2 * i) | lane_chunk) ^ x) * 16;
+  }
+  __device__ __forceinline__ uint32_t operator()(int row0, int chunk0) const {
+    const int v = chunk0 % (2 * kVariants);
+    return lane_addr[v / 2] + row0 * kChunks * 16 + (chunk0 - v) * 16;
+  }
+};
+
 // Loads rows [row0, row0 + kRows) x columns [0, kChunks*8) of a global row-major
 // matrix (row stride `stride` elements) into a swizzled tile with cp.async.
 // Rows >= nrows and columns >= ncols are zero-filled.

@@ -66,6 +66,11 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
   const int tile_end = keys.end > keys.begin ? (keys.end + BK - 1) / BK : tile_begin;
 
   const int warp_row0 = warp * Dv::kRowsPerWarp;  // within the block
+  // ldmatrix lane patterns (see LdsmAddr): Q as A operand, K as B operand, V as B
+  // operand through the transposed load.
+  const LdsmAddr<kChunks> q_addr(sQ + warp_row0 * kChunks * 16, lane & 15, lane >> 4);
+  const LdsmAddr<kChunks> k_addr(sK, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const LdsmAddr<kChunks> v_addr(sV, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
   // Softcap replaces s*scale by softcap*tanh(s*scale/softcap); the exp2 multiplier
   // then applies to the capped score. Either way p = exp2(score*mult - max*mult).
@@ -115,13 +120,11 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4(a[mt], tile_addr<kChunks>(sQ, warp_row0 + mt * 16 + (lane & 15),
-                                              kk * 2 + (lane >> 4)));
+        ldmatrix_x4(a[mt], q_addr(mt * 16, kk * 2));
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
         uint32_t b[4];
-        ldmatrix_x4(b, tile_addr<kChunks>(sK, nt2 * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                          kk * 2 + ((lane >> 3) & 1)));
+        ldmatrix_x4(b, k_addr(nt2 * 16, kk * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<T>(s[mt][2 * nt2], a[mt], b[0], b[1]);
@@ -204,8 +207,7 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
 #pragma unroll
       for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, tile_addr<kChunks>(sV, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                                nt2 * 2 + (lane >> 4)));
+        ldmatrix_x4_trans(b, v_addr(kk * 16, nt2 * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<T>(acc_o[mt][2 * nt2], a[mt], b[0], b[1]);

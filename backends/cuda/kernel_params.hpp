@@ -52,9 +52,9 @@ struct BwdParams {
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.
 // `dim` is the compiled tile head dim (max(head_dim, head_dim_v)).
 template <Dtype kDtype, int kDim>
-void launch_forward(const FwdParams& p, int batch, int smem_limit, cudaStream_t stream);
+void launch_forward(const FwdParams& p, int batch, cudaStream_t stream);
 template <Dtype kDtype, int kDim>
-void launch_backward(const BwdParams& p, int batch, int smem_limit, cudaStream_t stream);
+void launch_backward(const BwdParams& p, int batch, cudaStream_t stream);
 
 // Name of the tile config the launcher will use, for FLASH_LOG and choose().
 const char* forward_config_name(Dtype dtype, int dim);

@@ -1,0 +1,348 @@
+// The `cuda` backend module: device probe, pointer ownership, the one choose() that
+// decides both "supported?" and which tile config runs, and the forward/backward
+// entries (alignment checks, host-memory staging, launch on desc.stream).
+// Built as libflashattn_cuda.so; the core loads it with dlopen.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_check.hpp"
+#include "device_buffers.hpp"
+#include "dispatch/backend_adapter.hpp"
+#include "kernel_params.hpp"
+#include "tile_configs.hpp"
+
+namespace flash::cuda {
+namespace {
+
+constexpr int kHeadDims[] = {32, 64, 96, 128, 160, 192, 256};
+constexpr const char* kHeadDimList = "32, 64, 96, 128, 160, 192, 256";
+constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // kernels index rows with int
+
+bool supported_head_dim(int64_t d) {
+  for (int s : kHeadDims)
+    if (s == d) return true;
+  return false;
+}
+
+bool log_enabled() {
+  const char* v = std::getenv("FLASH_LOG");
+  return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
+}
+
+const char* dtype_name(int dtype) {
+  return dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
+}
+size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
+
+// Tile head dim: the kernels are compiled per dim and take head_dim / head_dim_v at run
+// time (columns past them are zero-filled), so a problem runs on max of the two.
+int tile_dim(const flash_problem& p) {
+  return static_cast<int>(p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v);
+}
+
+std::string fwd_config_name(const flash_problem& p) {
+  const int dim = tile_dim(p);
+  std::string name;
+  switch (dim) {
+#define CASE(D) \
+  case D: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; break;
+    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192) CASE(256)
+#undef CASE
+  }
+  return name + " " + dtype_name(p.dtype);
+}
+
+int fwd_smem_bytes(const flash_problem& p) {
+  switch (tile_dim(p)) {
+#define CASE(D)                                                         \
+  case D:                                                               \
+    return p.dtype == FLASH_F32 ? FwdF32Smem<D>::kBytes                 \
+                                : FwdMmaDerived<FwdMmaConfig<D>>::kSmemBytes;
+    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192) CASE(256)
+#undef CASE
+  }
+  return 0;
+}
+
+struct DeviceInfo {
+  int device = -1;
+  int major = 0, minor = 0;
+  int smem_optin = 0;
+  std::string name;
+};
+
+DeviceInfo current_device() {
+  DeviceInfo info;
+  check_cuda(cudaGetDevice(&info.device), "cudaGetDevice");
+  cudaDeviceProp prop;
+  check_cuda(cudaGetDeviceProperties(&prop, info.device), "cudaGetDeviceProperties");
+  info.major = prop.major;
+  info.minor = prop.minor;
+  info.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+  info.name = prop.name;
+  return info;
+}
+
+// Elements spanned by a [batch, seq, heads, dim] view with these strides.
+size_t extent_elems(const int64_t stride[3], int64_t batch, int64_t seq, int64_t heads,
+                    int64_t dim) {
+  return static_cast<size_t>((batch - 1) * stride[0] + (seq - 1) * stride[1] +
+                             (heads - 1) * stride[2] + dim);
+}
+
+void check_aligned(const char* name, const void* ptr, const int64_t stride[3], size_t elem) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "cuda backend: %s pointer %p is not 16-byte aligned (the kernels load "
+                  "16-byte vectors; allowed: 16-byte aligned base pointers)",
+                  name, ptr);
+    throw flash::Error(buf);
+  }
+  static const char* dims[3] = {"batch", "seq", "head"};
+  for (int i = 0; i < 3; ++i) {
+    if ((stride[i] * elem) % 16 != 0) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "cuda backend: %s stride.%s = %lld elements (%lld bytes) is not a multiple "
+                    "of 16 bytes (allowed: strides of a multiple of %zu elements)",
+                    name, dims[i], static_cast<long long>(stride[i]),
+                    static_cast<long long>(stride[i] * elem), 16 / elem);
+      throw flash::Error(buf);
+    }
+  }
+}
+
+bool is_device_pointer(const void* p) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // clear: an unknown host pointer is not an error here
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+// Host tensors of one call, staged through a cached device buffer. Inputs are copied
+// in; outputs are copied in too (their gaps between strided rows must survive) and
+// copied back by finish(), which then waits for the stream: host memory must hold the
+// result when the call returns.
+class HostStaging {
+ public:
+  explicit HostStaging(cudaStream_t stream) : stream_(stream) {}
+
+  // Registers a tensor; returns the pointer the kernels should use (device memory).
+  template <class P>
+  P* add(const char* name, P* ptr, size_t bytes, bool is_output) {
+    if (ptr == nullptr || is_device_pointer(ptr)) return ptr;
+    entries_.push_back({name, const_cast<void*>(static_cast<const void*>(ptr)), bytes,
+                        is_output, total_});
+    total_ += (bytes + 255) / 256 * 256;
+    return nullptr;  // resolved by commit()
+  }
+  bool empty() const { return entries_.empty(); }
+
+  // Allocates (cached) and copies host -> device. Returns the device pointers in
+  // registration order.
+  std::vector<void*> commit() {
+    std::vector<void*> out;
+    if (entries_.empty()) return out;
+    char* base = static_cast<char*>(
+        cached_device_buffer(stream_, BufferPurpose::staging, total_));
+    std::string names;
+    for (auto& e : entries_) {
+      e.device = base + e.offset;
+      check_cuda(cudaMemcpyAsync(e.device, e.host, e.bytes, cudaMemcpyHostToDevice, stream_),
+                 "cudaMemcpyAsync (staging host input)");
+      out.push_back(e.device);
+      names += names.empty() ? e.name : std::string(", ") + e.name;
+    }
+    if (log_enabled())
+      std::fprintf(stderr,
+                   "flash: cuda backend staging host memory through device memory (%s, "
+                   "%zu bytes); pass device pointers to avoid the copies\n",
+                   names.c_str(), total_);
+    return out;
+  }
+
+  void finish() {
+    if (entries_.empty()) return;
+    for (auto& e : entries_)
+      if (e.is_output)
+        check_cuda(cudaMemcpyAsync(e.host, e.device, e.bytes, cudaMemcpyDeviceToHost, stream_),
+                   "cudaMemcpyAsync (staging output back)");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (staged output)");
+  }
+
+ private:
+  struct Entry {
+    const char* name;
+    void* host;
+    size_t bytes;
+    bool is_output;
+    size_t offset;
+    void* device = nullptr;
+  };
+  cudaStream_t stream_;
+  std::vector<Entry> entries_;
+  size_t total_ = 0;
+};
+
+MaskParams make_mask(const flash_problem& p) {
+  MaskParams m;
+  m.seqlen_q = static_cast<int>(p.seqlen_q);
+  m.seqlen_kv = static_cast<int>(p.seqlen_kv);
+  m.diag_offset = m.seqlen_kv - m.seqlen_q;
+  auto clamp = [](int64_t w) {
+    return w < 0 || w > MaskParams::kUnbounded ? MaskParams::kUnbounded : static_cast<int>(w);
+  };
+  m.left = clamp(p.window_left);
+  m.right = p.causal ? 0 : clamp(p.window_right);
+  m.bounded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  return m;
+}
+
+void fill_strides(int64_t dst[3], const int64_t src[3]) {
+  for (int i = 0; i < 3; ++i) dst[i] = src[i];
+}
+
+template <Dtype kDtype>
+void dispatch_forward(int dim, const FwdParams& f, int batch, cudaStream_t stream) {
+  switch (dim) {
+    case 32: return launch_forward<kDtype, 32>(f, batch, stream);
+    case 64: return launch_forward<kDtype, 64>(f, batch, stream);
+    case 96: return launch_forward<kDtype, 96>(f, batch, stream);
+    case 128: return launch_forward<kDtype, 128>(f, batch, stream);
+    case 160: return launch_forward<kDtype, 160>(f, batch, stream);
+    case 192: return launch_forward<kDtype, 192>(f, batch, stream);
+    case 256: return launch_forward<kDtype, 256>(f, batch, stream);
+  }
+}
+
+}  // namespace
+
+struct CudaBackend {
+  static const char* name() { return "cuda"; }
+
+  static bool probe(std::string& reason, std::string& detail) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      reason = std::string("no CUDA device found (cudaGetDeviceCount: ") +
+               (status != cudaSuccess ? cudaGetErrorString(status) : "0 devices") + ")";
+      return false;
+    }
+    const DeviceInfo d = current_device();
+    detail = d.name + ", compute capability " + std::to_string(d.major) + "." +
+             std::to_string(d.minor);
+    if (d.major < 8) {
+      reason = "CUDA device " + detail + " is older than compute capability 8.0 (the kernels "
+               "use cp.async and bf16 mma.sync)";
+      return false;
+    }
+    return true;
+  }
+
+  static bool owns_pointer(const void* p) { return is_device_pointer(p); }
+
+  static flash::detail::Choice choose(const flash_problem& p, int direction) {
+    using flash::detail::Choice;
+    if (p.dtype != FLASH_F32 && p.dtype != FLASH_F16 && p.dtype != FLASH_BF16)
+      return Choice::decline("cuda backend: unknown dtype " + std::to_string(p.dtype));
+    if (!supported_head_dim(p.head_dim))
+      return Choice::decline("cuda backend: head_dim = " + std::to_string(p.head_dim) +
+                             " is not supported (allowed: " + kHeadDimList + ")");
+    if (!supported_head_dim(p.head_dim_v))
+      return Choice::decline("cuda backend: head_dim_v = " + std::to_string(p.head_dim_v) +
+                             " is not supported (allowed: " + kHeadDimList + ")");
+    if (p.seqlen_q >= kMaxSeqlen || p.seqlen_kv >= kMaxSeqlen)
+      return Choice::decline("cuda backend: seqlen_q/seqlen_kv must be < 2^30 (got " +
+                             std::to_string(p.seqlen_q) + ", " + std::to_string(p.seqlen_kv) +
+                             ")");
+    if (p.heads_q > 65535)
+      return Choice::decline("cuda backend: heads_q = " + std::to_string(p.heads_q) +
+                             " exceeds 65535 (one grid row per head)");
+    if (direction == FLASH_BACKWARD)
+      return Choice::decline("cuda backend: backward is not implemented yet");
+    const DeviceInfo d = current_device();
+    const int smem = fwd_smem_bytes(p);
+    if (smem > d.smem_optin)
+      return Choice::decline("cuda backend: tile config " + fwd_config_name(p) + " needs " +
+                             std::to_string(smem) + " bytes of shared memory, device " +
+                             d.name + " allows " + std::to_string(d.smem_optin));
+    return Choice::run(fwd_config_name(p));
+  }
+
+  static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
+                      void* o) {
+    const auto choice = choose(p, FLASH_FORWARD);
+    if (!choice.ok) throw flash::Error(choice.reason, flash::Error::Kind::unsupported);
+    const size_t eb = dtype_bytes(p.dtype);
+    check_aligned("q", q, p.q_stride, eb);
+    check_aligned("k", k, p.k_stride, eb);
+    check_aligned("v", v, p.v_stride, eb);
+    check_aligned("o", o, p.o_stride, eb);
+    auto stream = static_cast<cudaStream_t>(p.stream);
+
+    HostStaging staging(stream);
+    FwdParams f{};
+    f.q = staging.add("q", q, eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim), false);
+    f.k = staging.add("k", k, eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim), false);
+    f.v = staging.add("v", v, eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v), false);
+    f.o = staging.add("o", o, eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), true);
+    f.lse = staging.add("lse", p.lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, true);
+    if (!staging.empty()) {
+      void* slots[5] = {const_cast<void*>(f.q), const_cast<void*>(f.k), const_cast<void*>(f.v),
+                        f.o, f.lse};
+      const bool staged[5] = {f.q == nullptr, f.k == nullptr, f.v == nullptr, f.o == nullptr,
+                              p.lse != nullptr && f.lse == nullptr};
+      std::vector<void*> dev = staging.commit();
+      size_t i = 0;
+      for (int s = 0; s < 5; ++s)
+        if (staged[s]) slots[s] = dev[i++];
+      f.q = slots[0];
+      f.k = slots[1];
+      f.v = slots[2];
+      f.o = slots[3];
+      f.lse = static_cast<float*>(slots[4]);
+    }
+    fill_strides(f.q_stride, p.q_stride);
+    fill_strides(f.k_stride, p.k_stride);
+    fill_strides(f.v_stride, p.v_stride);
+    fill_strides(f.o_stride, p.o_stride);
+    f.heads_q = static_cast<int>(p.heads_q);
+    f.group = static_cast<int>(p.heads_q / p.heads_kv);
+    f.head_dim = static_cast<int>(p.head_dim);
+    f.head_dim_v = static_cast<int>(p.head_dim_v);
+    f.scale = p.scale;
+    f.softcap = p.softcap;
+    f.mask = make_mask(p);
+    const int batch = static_cast<int>(p.batch);
+    const int dim = tile_dim(p);
+    switch (p.dtype) {
+      case FLASH_F32: dispatch_forward<Dtype::f32>(dim, f, batch, stream); break;
+      case FLASH_F16: dispatch_forward<Dtype::f16>(dim, f, batch, stream); break;
+      case FLASH_BF16: dispatch_forward<Dtype::bf16>(dim, f, batch, stream); break;
+    }
+    check_cuda(cudaGetLastError(), "forward kernel launch");
+    staging.finish();
+  }
+
+  static void backward(const flash_problem& p, const void*, const void*, const void*,
+                       const void*, const void*, const float*, void*, void*, void*) {
+    const auto choice = choose(p, FLASH_BACKWARD);
+    throw flash::Error(choice.reason, flash::Error::Kind::unsupported);
+  }
+};
+
+}  // namespace flash::cuda
+
+extern "C" __attribute__((visibility("default"))) const flash_backend_module*
+flash_backend_module_v1(void) {
+  return flash::detail::make_module<flash::cuda::CudaBackend>();
+}

@@ -1,0 +1,18 @@
+// Cached device scratch memory, one buffer per (device, stream, purpose). Buffers only
+// grow (stream-ordered cudaFreeAsync/cudaMallocAsync on the caller's stream, so the
+// old buffer stays valid for work already queued); a steady workload allocates nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace flash::cuda {
+
+enum class BufferPurpose { staging = 0, workspace = 1 };
+
+// Returns at least `bytes` of device memory, 256-byte aligned, valid for work queued on
+// `stream` until the next call with the same (device, stream, purpose).
+void* cached_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes);
+
+}  // namespace flash::cuda

@@ -1,0 +1,28 @@
+// Defines launch_forward<dtype, dim> for one head dim; each fwd_d<dim>.cu includes this
+// and instantiates its dim, so the kernels compile in parallel translation units.
+#pragma once
+
+#include "fwd_f32_kernel.cuh"
+#include "fwd_mma_kernel.cuh"
+
+namespace flash::cuda {
+
+template <Dtype kDtype, int kDim>
+void launch_forward(const FwdParams& p, int batch, cudaStream_t stream) {
+  if constexpr (kDtype == Dtype::f32) {
+    launch_fwd_f32<kDim>(p, batch, stream);
+  } else {
+    using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
+    launch_fwd_mma<T, FwdMmaConfig<kDim>>(p, batch, stream);
+  }
+}
+
+}  // namespace flash::cuda
+
+#define FLASH_INSTANTIATE_FORWARD(D)                                                   \
+  template void flash::cuda::launch_forward<flash::cuda::Dtype::f32, D>(               \
+      const flash::cuda::FwdParams&, int, cudaStream_t);                                            \
+  template void flash::cuda::launch_forward<flash::cuda::Dtype::f16, D>(               \
+      const flash::cuda::FwdParams&, int, cudaStream_t);                                            \
+  template void flash::cuda::launch_forward<flash::cuda::Dtype::bf16, D>(              \
+      const flash::cuda::FwdParams&, int, cudaStream_t);
