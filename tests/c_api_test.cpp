@@ -1,0 +1,41 @@
+// The C API: status codes, thread-local messages, no exception escapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <string>
+#include <thread>
+
+#include "flash/flash.h"
+
+extern "C" int flash_c_check_run(float* out_first);
+extern "C" int flash_c_check_bad(int which);
+
+namespace {
+
+TEST(CApi, RunsAndReportsOk) {
+  float first = 0;
+  EXPECT_EQ(flash_c_check_run(&first), FLASH_STATUS_OK) << flash_last_error();
+  EXPECT_TRUE(std::isfinite(first));
+  EXPECT_STREQ(flash_last_error(), "");
+  EXPECT_STRNE(flash_version(), "");
+}
+
+TEST(CApi, BadInputsReturnCodesAndMessages) {
+  const char* expected[] = {"head_dim", "dtype", "backend", "desc", "q = nullptr"};
+  for (int which = 0; which < 5; ++which) {
+    EXPECT_EQ(flash_c_check_bad(which), FLASH_STATUS_INVALID_ARGUMENT) << which;
+    EXPECT_NE(std::string(flash_last_error()).find(expected[which]), std::string::npos)
+        << flash_last_error();
+  }
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  EXPECT_EQ(flash_c_check_bad(0), FLASH_STATUS_INVALID_ARGUMENT);
+  std::string other;
+  std::thread([&] { other = flash_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(std::string(flash_last_error()), "");
+}
+
+}  // namespace

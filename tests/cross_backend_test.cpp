@@ -1,0 +1,128 @@
+// The cross-backend suite: every backend (and the cpu backend on every SIMD target
+// it reports) against the double reference, forward and backward, every dtype, the
+// case grid of support/cases.cpp. Outputs are poisoned with NaN first; padding
+// outside strided views must stay untouched. A backend that declines a case (e.g. a
+// GPU backend and head_dim 40) is a skip naming its reason; unavailable backends are
+// skips naming what is missing.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "support/cases.hpp"
+#include "support/compare.hpp"
+#include "support/targets.hpp"
+
+namespace flash::test {
+namespace {
+
+using Param = std::tuple<Target, size_t, DType>;
+
+std::string param_name(const testing::TestParamInfo<Param>& info, const std::vector<Case>& cases) {
+  const auto& [target, index, dtype] = info.param;
+  std::string name = target.label + "_" + cases[index].name + "_" + to_string(dtype);
+  for (char& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+// Runs fn with the target forced. Returns "" when it ran; otherwise the reason it
+// did not: a declined problem (unsupported-kind flash::Error, to skip) or a failure.
+template <class Fn>
+std::string run_on(const Target& target, Fn&& fn) {
+  ScopedEnv simd("FLASH_CPU_TARGET", target.simd.empty() ? nullptr : target.simd.c_str());
+  try {
+    fn();
+    return "";
+  } catch (const Error& e) {
+    if (e.kind() != Error::Kind::unsupported) ADD_FAILURE() << "flash::Error: " << e.what();
+    return e.what();
+  }
+}
+
+#define RUN_OR_SKIP(target, body)                                    \
+  do {                                                               \
+    const std::string why_not = run_on(target, [&] { body; });       \
+    if (!why_not.empty()) GTEST_SKIP() << why_not;                   \
+  } while (0)
+
+class Forward : public testing::TestWithParam<Param> {};
+class Backward : public testing::TestWithParam<Param> {};
+
+TEST_P(Forward, MatchesReference) {
+  const auto& [target, index, dtype] = GetParam();
+  if (!target.available) GTEST_SKIP() << target.label << " unavailable: " << target.reason;
+  const Prepared& in = prepare(forward_cases()[index], dtype, false);
+  HostTensor o = in.o;  // a fresh output buffer with the case's layout
+  o.poison();
+  std::vector<float> lse = poisoned_lse(in.problem.batch * in.problem.heads_q * in.problem.seqlen_q);
+  AttentionDesc desc = in.desc;
+  desc.backend = target.backend;
+  desc.lse = lse.data();
+  RUN_OR_SKIP(target, attention(desc, in.q.data(), in.k.data(), in.v.data(), o.data()));
+
+  const Verdict vo = compare("o", o.to_packed(), in.ref.o, in.naive.o, dtype);
+  EXPECT_TRUE(vo.pass) << vo.detail;
+  const std::vector<double> got_lse(lse.begin(), lse.end());
+  const Verdict vl = compare("lse", got_lse, in.ref.lse, in.naive.lse, DType::f32);
+  EXPECT_TRUE(vl.pass) << vl.detail;
+  EXPECT_TRUE(o.padding_untouched()) << "the backend wrote outside the o view";
+  RecordProperty("share_of_tolerance_o", std::to_string(vo.share()));
+}
+
+TEST_P(Backward, MatchesReference) {
+  const auto& [target, index, dtype] = GetParam();
+  if (!target.available) GTEST_SKIP() << target.label << " unavailable: " << target.reason;
+  const Prepared& in = prepare(backward_cases()[index], dtype, true);
+  HostTensor dq = in.q, dk = in.k, dv = in.v;
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  AttentionDesc desc = in.desc;
+  desc.backend = target.backend;
+  RUN_OR_SKIP(target, attention_backward(desc, in.q.data(), in.k.data(), in.v.data(), in.o.data(),
+                                         in.dout.data(), in.lse.data(), dq.data(), dk.data(),
+                                         dv.data()));
+  const Verdict vq = compare("dq", dq.to_packed(), in.ref_grad.dq, in.naive_grad.dq, dtype);
+  const Verdict vk = compare("dk", dk.to_packed(), in.ref_grad.dk, in.naive_grad.dk, dtype);
+  const Verdict vv = compare("dv", dv.to_packed(), in.ref_grad.dv, in.naive_grad.dv, dtype);
+  EXPECT_TRUE(vq.pass) << vq.detail;
+  EXPECT_TRUE(vk.pass) << vk.detail;
+  EXPECT_TRUE(vv.pass) << vv.detail;
+  EXPECT_TRUE(dq.padding_untouched() && dk.padding_untouched() && dv.padding_untouched())
+      << "the backend wrote outside a gradient view";
+}
+
+std::vector<size_t> indices(size_t n) {
+  std::vector<size_t> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = i;
+  return out;
+}
+
+const auto kDtypes = testing::Values(DType::f32, DType::f16, DType::bf16);
+
+INSTANTIATE_TEST_SUITE_P(All, Forward,
+                         testing::Combine(testing::ValuesIn(all_targets()),
+                                          testing::ValuesIn(indices(forward_cases().size())),
+                                          kDtypes),
+                         [](const auto& info) { return param_name(info, forward_cases()); });
+
+INSTANTIATE_TEST_SUITE_P(All, Backward,
+                         testing::Combine(testing::ValuesIn(all_targets()),
+                                          testing::ValuesIn(indices(backward_cases().size())),
+                                          kDtypes),
+                         [](const auto& info) { return param_name(info, backward_cases()); });
+
+// The comparator itself must be able to fail: a perturbed output is rejected.
+TEST(Tolerance, RejectsAPerturbedOutput) {
+  const Prepared& in = prepare(forward_cases()[1], DType::bf16, false);
+  std::vector<double> perturbed = in.ref.o;
+  perturbed[perturbed.size() / 2] += 4 * compare("o", in.naive.o, in.ref.o, in.naive.o, DType::bf16).bound;
+  EXPECT_FALSE(compare("o", perturbed, in.ref.o, in.naive.o, DType::bf16).pass);
+  std::vector<double> with_nan = in.ref.o;
+  with_nan[0] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(compare("o", with_nan, in.ref.o, in.naive.o, DType::bf16).pass);
+  EXPECT_TRUE(compare("o", in.ref.o, in.ref.o, in.naive.o, DType::bf16).pass);
+}
+
+}  // namespace
+}  // namespace flash::test

@@ -1,0 +1,92 @@
+// Edge semantics, on every available backend: seqlen_q = 0 is a no-op; rows that see
+// no key get o = 0 and lse = -inf; NaN in an input reaches only the rows that use it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/cases.hpp"
+#include "support/targets.hpp"
+
+namespace flash::test {
+namespace {
+
+class Edge : public testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().available) GTEST_SKIP() << GetParam().label << ": " << GetParam().reason;
+  }
+  template <class Fn>
+  void on_target(Fn&& fn) {
+    ScopedEnv simd("FLASH_CPU_TARGET", GetParam().simd.empty() ? nullptr : GetParam().simd.c_str());
+    fn();
+  }
+  AttentionDesc desc(int64_t sq, int64_t sk) {
+    AttentionDesc d;
+    d.seqlen_q = sq;
+    d.seqlen_kv = sk;
+    d.heads_q = 2;
+    d.heads_kv = 1;
+    d.head_dim = 64;
+    d.backend = GetParam().backend;
+    return d;
+  }
+};
+
+TEST_P(Edge, EmptyQueryIsANoOp) {
+  AttentionDesc d = desc(0, 5);
+  HostTensor k(DType::f32, 1, 5, 1, 64, Layout::packed), v = k;
+  std::mt19937_64 rng(1);
+  k.fill_random(rng, 1);
+  v.fill_random(rng, 1);
+  float sentinel = 42.f;
+  on_target([&] { attention(d, nullptr, k.data(), v.data(), &sentinel); });
+  EXPECT_EQ(sentinel, 42.f);
+}
+
+TEST_P(Edge, NoKeysGiveZeroOutputAndMinusInfinityLse) {
+  for (const bool empty_kv : {true, false}) {
+    // Either seqlen_kv = 0, or a causal mask with Sq > Sk hiding every key from row 0.
+    AttentionDesc d = desc(4, empty_kv ? 0 : 2);
+    d.causal = !empty_kv;
+    HostTensor q(DType::f32, 1, 4, 2, 64, Layout::packed), o = q;
+    HostTensor k(DType::f32, 1, d.seqlen_kv, 1, 64, Layout::packed), v = k;
+    std::mt19937_64 rng(2);
+    q.fill_random(rng, 1);
+    k.fill_random(rng, 1);
+    v.fill_random(rng, 1);
+    o.poison();
+    std::vector<float> lse = poisoned_lse(8);
+    d.lse = lse.data();
+    on_target([&] { attention(d, q.data(), empty_kv ? nullptr : k.data(), empty_kv ? nullptr : v.data(), o.data()); });
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t dd = 0; dd < 64; ++dd) EXPECT_EQ(o.get(0, 0, h, dd), 0.0) << "empty_kv=" << empty_kv;
+      EXPECT_TRUE(std::isinf(lse[h * 4]) && lse[h * 4] < 0) << lse[h * 4];
+    }
+  }
+}
+
+TEST_P(Edge, NanReachesOnlyTheRowsThatUseIt) {
+  AttentionDesc d = desc(8, 8);
+  d.causal = true;
+  HostTensor q(DType::f32, 1, 8, 2, 64, Layout::packed), o = q;
+  HostTensor k(DType::f32, 1, 8, 1, 64, Layout::packed), v = k;
+  std::mt19937_64 rng(3);
+  q.fill_random(rng, 1);
+  k.fill_random(rng, 1);
+  v.fill_random(rng, 1);
+  q.set(0, 2, 0, 5, NAN);  // query row 2 of head 0
+  k.set(0, 6, 0, 1, NAN);  // key 6: seen (causally) by rows 6 and 7 only
+  on_target([&] { attention(d, q.data(), k.data(), v.data(), o.data()); });
+  for (int64_t i = 0; i < 8; ++i)
+    for (int64_t h = 0; h < 2; ++h) {
+      const bool poisoned = (i == 2 && h == 0) || i >= 6;
+      for (int64_t dd = 0; dd < 64; ++dd)
+        EXPECT_EQ(std::isnan(o.get(0, i, h, dd)), poisoned) << "row " << i << " head " << h;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, Edge, testing::ValuesIn(all_targets()),
+                         [](const auto& info) { return info.param.label; });
+
+}  // namespace
+}  // namespace flash::test

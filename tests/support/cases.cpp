@@ -1,0 +1,154 @@
+#include "cases.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+
+namespace flash::test {
+
+// Sizes follow DEVELOPERS.md: 1, 17, 113, 257, 1000; Sq != Sk both ways; GQA 1/2/8;
+// head_dim 1, 8, 40, 64, 96, 128, 256 (+160/192 for the GPU set); every mask kind.
+const std::vector<Case>& forward_cases() {
+  static const std::vector<Case> cases = {
+      // name                      B  Sq    Sk    Hq Hkv D    Dv   causal wl  wr  cap scale layout amp
+      {"s1x1_d64", 1, 1, 1, 1, 1, 64, 64},
+      {"s17x113_d64_gqa2_causal", 1, 17, 113, 4, 2, 64, 64, true},
+      {"s113x17_d64_causal_emptyrows", 1, 113, 17, 2, 2, 64, 64, true},
+      {"s257_d128_b3_gqa8", 3, 257, 257, 8, 1, 128, 128},
+      {"s1000_d64_causal", 1, 1000, 1000, 2, 2, 64, 64, true},
+      {"s1000_d128_window100_0", 1, 1000, 1000, 1, 1, 128, 128, false, 100, 0},
+      {"s17x113_d1", 2, 17, 113, 2, 1, 1, 1},
+      {"s113x17_d8", 1, 113, 17, 1, 1, 8, 8},
+      {"s113_d40_dv24_causal", 1, 113, 113, 2, 1, 40, 24, true},
+      {"s257_d64_dv128", 1, 257, 257, 2, 2, 64, 128},
+      {"s257_d96_causal", 1, 257, 257, 2, 2, 96, 96, true},
+      {"s113x257_d256_gqa2_causal", 1, 113, 257, 2, 1, 256, 256, true},
+      {"s100_d160", 1, 100, 100, 1, 1, 160, 160},
+      {"s100_d192_causal", 1, 100, 100, 1, 1, 192, 192, true},
+      {"s257_d32_softcap30", 1, 257, 257, 2, 2, 32, 32, false, -1, -1, 30.f, 0, Layout::packed, 6},
+      {"s128_d64_large_logits", 1, 128, 128, 2, 2, 64, 64, false, -1, -1, 0, 0, Layout::packed, 8},
+      {"s200x300_d64_window32_16", 1, 200, 300, 2, 2, 64, 64, false, 32, 16},
+      {"s300_d64_causal_window64", 2, 300, 300, 2, 1, 64, 64, true, 64, -1},
+      {"s77x129_d64_gqa2_causal_bhsd", 3, 77, 129, 4, 2, 64, 64, true, -1, -1, 0, 0, Layout::bhsd},
+      {"s113_d128_padded", 2, 113, 113, 2, 2, 128, 128, false, -1, -1, 0, 0, Layout::padded},
+      {"s64_d64_scale0.3_windowright0", 1, 64, 64, 1, 1, 64, 64, false, -1, 0, 0, 0.3f},
+  };
+  return cases;
+}
+
+const std::vector<Case>& backward_cases() {
+  static const std::vector<Case> cases = {
+      {"s1x1_d64", 1, 1, 1, 1, 1, 64, 64},
+      {"s17x113_d64_gqa2_causal", 1, 17, 113, 4, 2, 64, 64, true},
+      {"s113x17_d64_causal_emptyrows", 1, 113, 17, 2, 2, 64, 64, true},
+      {"s257_d64_b3_gqa8_causal", 3, 257, 257, 8, 1, 64, 64, true},
+      {"s17x113_d1", 2, 17, 113, 2, 1, 1, 1},
+      {"s113_d40_dv24", 1, 113, 113, 2, 1, 40, 24},
+      {"s257_d128_dv64_window48_8", 1, 257, 257, 2, 2, 128, 64, false, 48, 8},
+      {"s113x257_d256_causal", 1, 113, 257, 1, 1, 256, 256, true},
+      {"s257_d32_softcap30", 1, 257, 257, 2, 2, 32, 32, false, -1, -1, 30.f, 0, Layout::packed, 6},
+      {"s77x129_d96_gqa2_bhsd", 2, 77, 129, 4, 2, 96, 96, false, -1, -1, 0, 0, Layout::bhsd},
+      {"s113_d128_causal_padded", 2, 113, 113, 2, 2, 128, 128, true, -1, -1, 0, 0, Layout::padded},
+  };
+  return cases;
+}
+
+flash_problem resolve(const AttentionDesc& d, const HostTensor& q, const HostTensor& k,
+                      const HostTensor& v, const HostTensor& o) {
+  flash_problem p{};
+  p.batch = d.batch;
+  p.seqlen_q = d.seqlen_q;
+  p.seqlen_kv = d.seqlen_kv;
+  p.heads_q = d.heads_q;
+  p.heads_kv = d.heads_kv;
+  p.head_dim = d.head_dim;
+  p.head_dim_v = d.head_dim_v ? d.head_dim_v : d.head_dim;
+  p.dtype = static_cast<int32_t>(d.dtype);
+  p.causal = d.causal;
+  p.scale = d.scale ? d.scale : static_cast<float>(1.0 / std::sqrt(double(d.head_dim)));
+  p.softcap = d.softcap;
+  p.window_left = d.window_left;
+  p.window_right = d.window_right;
+  for (int i = 0; i < 3; ++i) {
+    p.q_stride[i] = q.resolved[i];
+    p.k_stride[i] = k.resolved[i];
+    p.v_stride[i] = v.resolved[i];
+    p.o_stride[i] = o.resolved[i];
+  }
+  return p;
+}
+
+namespace {
+
+uint64_t seed_of(const std::string& key) {
+  // FLASH_TEST_SEED varies the inputs between runs; the default is reproducible.
+  const char* env = std::getenv("FLASH_TEST_SEED");
+  return std::hash<std::string>{}(key) ^ (env ? std::strtoull(env, nullptr, 10) : 0x5eedULL);
+}
+
+std::unique_ptr<Prepared> build(const Case& c, DType dtype, bool backward) {
+  auto p = std::make_unique<Prepared>();
+  AttentionDesc& d = p->desc;
+  d.batch = c.batch;
+  d.seqlen_q = c.seqlen_q;
+  d.seqlen_kv = c.seqlen_kv;
+  d.heads_q = c.heads_q;
+  d.heads_kv = c.heads_kv;
+  d.head_dim = c.head_dim;
+  d.head_dim_v = c.head_dim_v;
+  d.dtype = dtype;
+  d.scale = c.scale;
+  d.causal = c.causal;
+  d.window_left = c.window_left;
+  d.window_right = c.window_right;
+  d.softcap = c.softcap;
+  p->q = HostTensor(dtype, c.batch, c.seqlen_q, c.heads_q, c.head_dim, c.layout);
+  p->k = HostTensor(dtype, c.batch, c.seqlen_kv, c.heads_kv, c.head_dim, c.layout);
+  p->v = HostTensor(dtype, c.batch, c.seqlen_kv, c.heads_kv, c.head_dim_v, c.layout);
+  p->o = HostTensor(dtype, c.batch, c.seqlen_q, c.heads_q, c.head_dim_v, c.layout);
+  d.q_stride = p->q.stride;
+  d.k_stride = p->k.stride;
+  d.v_stride = p->v.stride;
+  d.o_stride = p->o.stride;
+  std::mt19937_64 rng(seed_of(c.name + to_string(dtype) + (backward ? "bwd" : "fwd")));
+  p->q.fill_random(rng, c.amplitude);
+  p->k.fill_random(rng, c.amplitude);
+  p->v.fill_random(rng, 1.0);
+  p->problem = resolve(d, p->q, p->k, p->v, p->o);
+  p->ref = reference::forward(p->problem, p->q.data(), p->k.data(), p->v.data());
+  if (!backward) {
+    p->naive = naive_forward(p->problem, p->q.data(), p->k.data(), p->v.data());
+    return p;
+  }
+  // Backward inputs: the forward's o and lse as a forward in this dtype returns them.
+  p->dout = HostTensor(dtype, c.batch, c.seqlen_q, c.heads_q, c.head_dim_v, c.layout);
+  p->dout.fill_random(rng, 1.0);
+  const int64_t dv = c.head_dim_v;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t s = 0; s < c.seqlen_q; ++s)
+      for (int64_t h = 0; h < c.heads_q; ++h)
+        for (int64_t e = 0; e < dv; ++e)
+          p->o.set(b, s, h, e, p->ref.o[((b * c.seqlen_q + s) * c.heads_q + h) * dv + e]);
+  p->lse.assign(p->ref.lse.begin(), p->ref.lse.end());
+  p->ref_grad = reference::backward(p->problem, p->q.data(), p->k.data(), p->v.data(),
+                                    p->dout.data());
+  p->naive_grad = naive_backward(p->problem, p->q.data(), p->k.data(), p->v.data(),
+                                 p->dout.data());
+  return p;
+}
+
+}  // namespace
+
+const Prepared& prepare(const Case& c, DType dtype, bool backward) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Prepared>> cache;
+  const std::string key = c.name + "/" + to_string(dtype) + (backward ? "/bwd" : "/fwd");
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[key];
+  if (!slot) slot = build(c, dtype, backward);
+  return *slot;
+}
+
+}  // namespace flash::test
