@@ -6,8 +6,9 @@
 //  - a slice = one batch entry and one KV head with the query heads it serves (so
 //    GQA groups and dk/dv sums stay whole), all rows: used whenever it fits the
 //    budget; forward and backward;
-//  - forward only, when even one slice is too expensive: blocks of query rows of the
-//    first and last slices. Rows [r0, r1) with keys [0, Sk - Sq + r1) keep every
+//  - when even one slice is too expensive: blocks of query rows of the first and
+//    last slices (for a backward, only dq is checked there: dq of a row depends on
+//    that row and the keys alone, while dk and dv sum over all rows). Rows [r0, r1) with keys [0, Sk - Sq + r1) keep every
 //    row's diagonal (bottom-right alignment: diag = i + Sk - Sq), so the mask is
 //    unchanged. Dropping the keys past Sk - Sq + r1 is exact only when no row can
 //    see past its diagonal (causal, or window_right = 0); otherwise only the last
