@@ -55,8 +55,10 @@ compare::LinePlot make_plot(const compare::Options& o, const std::vector<compare
   std::map<std::string, size_t> index;
   for (const compare::Row& r : rows) {
     if (!r.ok()) continue;
-    auto [it, added] = index.emplace(r.backend, plot.series.size());
-    if (added) plot.series.push_back({r.backend, {}});
+    // The reference is timed on the sample it checked, not on the whole problem.
+    const std::string name = r.is_oracle ? r.backend + " (on checked sample)" : r.backend;
+    auto [it, added] = index.emplace(name, plot.series.size());
+    if (added) plot.series.push_back({name, {}});
     plot.series[it->second].points.emplace_back(static_cast<double>(r.desc.seqlen_q), r.tflops);
   }
   return plot;
