@@ -41,8 +41,16 @@ double max_error(const std::vector<double>& a, const std::vector<double>& b, lon
 
 }  // namespace
 
+double magnitude(const std::vector<double>& x) {
+  double m = 0;
+  for (double e : x)
+    if (std::isfinite(e)) m = std::max(m, std::fabs(e));
+  return m;
+}
+
 Verdict compare(const std::string& what, const std::vector<double>& got,
-                const std::vector<double>& ref, const std::vector<double>& naive, DType dtype) {
+                const std::vector<double>& ref, const std::vector<double>& naive, DType dtype,
+                double scale) {
   Verdict v;
   std::ostringstream out;
   if (got.size() != ref.size()) {
@@ -53,10 +61,8 @@ Verdict compare(const std::string& what, const std::vector<double>& got,
   long mismatch, argmax, naive_mismatch, naive_argmax;
   v.error = max_error(got, ref, mismatch, argmax);
   v.naive_error = max_error(naive, ref, naive_mismatch, naive_argmax);
-  double magnitude = 0;
-  for (double r : ref)
-    if (std::isfinite(r)) magnitude = std::max(magnitude, std::fabs(r));
-  v.bound = 2 * v.naive_error + relative_epsilon(dtype) * magnitude + 1e-30;
+  if (scale < 0) scale = magnitude(ref);
+  v.bound = 2 * v.naive_error + relative_epsilon(dtype) * scale + 1e-30;
   v.pass = mismatch < 0 && v.error <= v.bound;
   out << what << ": max error " << v.error << " vs bound " << v.bound << " (2 x naive "
       << v.naive_error << " + eps; " << static_cast<int>(100 * v.share()) << "% used)";

@@ -21,10 +21,17 @@ struct Verdict {
   double share() const { return bound > 0 ? error / bound : 0; }
 };
 
-// eps relative to max |ref|, per dtype (f32 1e-6, f16 1e-4, bf16 1e-3).
+// eps relative to the result's magnitude, per dtype (f32 1e-6, f16 1e-4, bf16 1e-3).
 double relative_epsilon(DType dtype);
 
+// Largest finite |x|.
+double magnitude(const std::vector<double>& x);
+
+// magnitude: the scale eps is relative to; by default max |ref|. Gradients pass the
+// largest of dq, dk, dv, since one of them can be exactly zero (e.g. a single key)
+// while the backend's rounding is not.
 Verdict compare(const std::string& what, const std::vector<double>& got,
-                const std::vector<double>& ref, const std::vector<double>& naive, DType dtype);
+                const std::vector<double>& ref, const std::vector<double>& naive, DType dtype,
+                double magnitude = -1);
 
 }  // namespace flash::test
