@@ -5,6 +5,8 @@
 // GPU support is a separate piece of the bench (cuda_device.cpp), compiled only when
 // the CUDA toolkit is found at build time; the core library never links a GPU
 // runtime. Without it, GPU backends are skipped with "built without CUDA toolkit".
+// The hip backend is timed only in its hip-on-cuda build (NVIDIA memory); a HIP
+// helper for AMD GPUs does not exist yet.
 #pragma once
 
 #include <cstddef>

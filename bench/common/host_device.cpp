@@ -49,9 +49,16 @@ std::unique_ptr<Device> open_device(flash::Backend backend, std::string* why_not
       return std::make_unique<HostDevice>();
     case flash::Backend::cuda:
       return open_cuda_device(why_not);
-    case flash::Backend::hip:
-      if (why_not) *why_not = "the bench has no HIP memory helper yet (built without HIP runtime)";
+    case flash::Backend::hip: {
+      // The hip-on-cuda build of the hip module (FLASHATTN_HIP_ON_CUDA) runs on an
+      // NVIDIA GPU, where HIP memory is CUDA memory. AMD GPUs need a HIP helper.
+      std::string cuda_why;
+      if (auto device = open_cuda_device(&cuda_why)) return device;
+      if (why_not)
+        *why_not = "the bench has no HIP memory helper for AMD GPUs yet (only hip-on-cuda "
+                   "builds are timed, with CUDA memory: " + cuda_why + ")";
       return nullptr;
+    }
     case flash::Backend::automatic:
       break;
   }
