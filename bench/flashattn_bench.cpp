@@ -116,8 +116,8 @@ void register_attention_benchmarks() {
             d.backend = info.backend;
             const std::string name = std::string("attn/") + (backward ? "bwd/" : "fwd/") +
                                      flash::to_string(info.backend) + "/" +
-                                     flash::to_string(dtype) + "/" + bench::shape_label(d) +
-                                     "/" + bench::mask_label(d);
+                                     flash::to_string(dtype) + "/" + bench::shape_label(d) + "/" +
+                                     bench::mask_label(d);
             benchmark::internal::Benchmark* b =
                 benchmark::RegisterBenchmark(name.c_str(), BM_attention, d, backward, info);
             b->Unit(benchmark::kMillisecond);
@@ -136,9 +136,9 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("flashattn", flash::version());
   for (const flash::BackendInfo& info : flash::backends())
-    benchmark::AddCustomContext(std::string("backend.") + flash::to_string(info.backend),
-                                info.available ? "available: " + info.detail
-                                               : "unavailable: " + info.reason);
+    benchmark::AddCustomContext(
+        std::string("backend.") + flash::to_string(info.backend),
+        info.available ? "available: " + info.detail : "unavailable: " + info.reason);
   register_attention_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

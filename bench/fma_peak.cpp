@@ -89,7 +89,8 @@ void BM_cpu_fma_peak(benchmark::State& state) {
   state.SetLabel(kernel.name);
 }
 
-const unsigned kAllThreads = std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
+const unsigned kAllThreads =
+    std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
 
 }  // namespace
 

@@ -13,9 +13,7 @@ constexpr double kBackwardWorkRatio = 2.5;
 // One multiply-add counts as two floating-point operations.
 constexpr double kFlopsPerMultiplyAdd = 2.0;
 
-bool has_window(const flash::AttentionDesc& d) {
-  return d.window_left >= 0 || d.window_right >= 0;
-}
+bool has_window(const flash::AttentionDesc& d) { return d.window_left >= 0 || d.window_right >= 0; }
 
 }  // namespace
 
@@ -43,8 +41,7 @@ double counted_pairs(const flash::AttentionDesc& d) {
 
 double forward_flops(const flash::AttentionDesc& d) {
   const double dims = static_cast<double>(d.head_dim + value_dim(d));
-  return kFlopsPerMultiplyAdd * dims * static_cast<double>(d.batch * d.heads_q) *
-         counted_pairs(d);
+  return kFlopsPerMultiplyAdd * dims * static_cast<double>(d.batch * d.heads_q) * counted_pairs(d);
 }
 
 double backward_flops(const flash::AttentionDesc& d) {
@@ -53,8 +50,8 @@ double backward_flops(const flash::AttentionDesc& d) {
 
 double forward_bytes(const flash::AttentionDesc& d, bool with_lse) {
   const double e = static_cast<double>(element_size(d.dtype));
-  double bytes = e * static_cast<double>(q_elements(d) + k_elements(d) + v_elements(d) +
-                                         o_elements(d));
+  double bytes =
+      e * static_cast<double>(q_elements(d) + k_elements(d) + v_elements(d) + o_elements(d));
   if (with_lse) bytes += sizeof(float) * static_cast<double>(lse_elements(d));
   return bytes;
 }
@@ -63,8 +60,8 @@ double backward_bytes(const flash::AttentionDesc& d) {
   const double e = static_cast<double>(element_size(d.dtype));
   const double reads = static_cast<double>(q_elements(d) + k_elements(d) + v_elements(d) +
                                            2 * o_elements(d));  // q, k, v, o, dout
-  const double writes = static_cast<double>(q_elements(d) + k_elements(d) +
-                                            v_elements(d));  // dq, dk, dv
+  const double writes =
+      static_cast<double>(q_elements(d) + k_elements(d) + v_elements(d));  // dq, dk, dv
   return e * (reads + writes) + sizeof(float) * static_cast<double>(lse_elements(d));
 }
 

@@ -23,9 +23,7 @@ class HostDevice final : public Device {
   }
   void release(void* data) noexcept override { std::free(data); }
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-  }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void fill_bytes(void* dst, int byte, size_t bytes) override { std::memset(dst, byte, bytes); }
   void* stream() override { return nullptr; }
   void synchronize() override {}
@@ -55,8 +53,10 @@ std::unique_ptr<Device> open_device(flash::Backend backend, std::string* why_not
       std::string cuda_why;
       if (auto device = open_cuda_device(&cuda_why)) return device;
       if (why_not)
-        *why_not = "the bench has no HIP memory helper for AMD GPUs yet (only hip-on-cuda "
-                   "builds are timed, with CUDA memory: " + cuda_why + ")";
+        *why_not =
+            "the bench has no HIP memory helper for AMD GPUs yet (only hip-on-cuda "
+            "builds are timed, with CUDA memory: " +
+            cuda_why + ")";
       return nullptr;
     }
     case flash::Backend::automatic:

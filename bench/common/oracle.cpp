@@ -36,8 +36,7 @@ flash::AttentionDesc sub_problem(const flash::AttentionDesc& d, int64_t rows, in
   return s;
 }
 
-double reference_work(const flash::AttentionDesc& d, int64_t rows, int64_t keys,
-                      bool backward) {
+double reference_work(const flash::AttentionDesc& d, int64_t rows, int64_t keys, bool backward) {
   const flash::AttentionDesc s = sub_problem(d, rows, keys);
   return forward_flops(s) + (backward ? backward_flops(s) : 0.0);
 }
@@ -45,8 +44,8 @@ double reference_work(const flash::AttentionDesc& d, int64_t rows, int64_t keys,
 // Copies rows [r0, r0 + rows) of heads [h0, h0 + heads) of batch entry b from a packed
 // [B, S, H, dim] tensor in dtype into a packed f32 [rows, heads, dim] tensor.
 std::vector<float> gather(const std::vector<unsigned char>& src, flash::DType dtype, int64_t S,
-                          int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows,
-                          int64_t h0, int64_t heads) {
+                          int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows, int64_t h0,
+                          int64_t heads) {
   std::vector<float> out(static_cast<size_t>(rows * heads * dim));
   size_t o = 0;
   for (int64_t i = 0; i < rows; ++i)
@@ -64,9 +63,9 @@ struct ErrorStats {
   void add(float out, float expected) {
     const double diff = std::fabs(static_cast<double>(out) - expected);
     // NaN compares false: a NaN or unwritten element is an infinite error.
-    max_error = diff <= max_error ? max_error
-                                  : (std::isnan(diff) ? std::numeric_limits<double>::infinity()
-                                                      : diff);
+    max_error = diff <= max_error
+                    ? max_error
+                    : (std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff);
     max_expected = std::max(max_expected, std::fabs(static_cast<double>(expected)));
   }
   double relative() const { return max_expected > 0.0 ? max_error / max_expected : max_error; }
@@ -75,8 +74,8 @@ struct ErrorStats {
 // Compares expected [rows, heads, dim] with rows [r0, ...) of heads [h0, ...) of
 // batch entry b in the packed [B, S, H, dim] output.
 void compare(const std::vector<float>& out, const std::vector<float>& expected, int64_t S,
-             int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows, int64_t h0,
-             int64_t heads, ErrorStats& stats) {
+             int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows, int64_t h0, int64_t heads,
+             ErrorStats& stats) {
   size_t e = 0;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t h = 0; h < heads; ++h) {
@@ -129,8 +128,7 @@ Oracle::Oracle(const flash::AttentionDesc& desc, bool backward, const HostInputs
     // Upper bound on a row's work: it sees at most all Sk keys.
     const double row_work = reference_work(desc, 1, Sk, backward);
     const int64_t rows = std::clamp<int64_t>(
-        static_cast<int64_t>(flop_budget / (row_work * blocks_per_slice * sampled_slices)), 1,
-        Sq);
+        static_cast<int64_t>(flop_budget / (row_work * blocks_per_slice * sampled_slices)), 1, Sq);
     for (int64_t s = 0; s < sampled_slices; ++s) {
       const int64_t index = s == 0 ? 0 : slices - 1;
       blocks_.push_back(slice_block(index, Sq - rows, Sq, Sk));  // last rows, all keys
@@ -153,11 +151,10 @@ void Oracle::solve(Block& block, const HostInputs& in) {
   const int64_t rows = block.row_end - block.row_begin;
   const flash::AttentionDesc sub = sub_problem(d, rows, block.keys);
   const int64_t h0 = block.kv_head * g;
-  const std::vector<float> q =
-      gather(in.q, d.dtype, d.seqlen_q, d.heads_q, d.head_dim, block.b, block.row_begin, rows,
-             h0, g);
-  const std::vector<float> k = gather(in.k, d.dtype, d.seqlen_kv, d.heads_kv, d.head_dim,
-                                      block.b, 0, block.keys, block.kv_head, 1);
+  const std::vector<float> q = gather(in.q, d.dtype, d.seqlen_q, d.heads_q, d.head_dim, block.b,
+                                      block.row_begin, rows, h0, g);
+  const std::vector<float> k = gather(in.k, d.dtype, d.seqlen_kv, d.heads_kv, d.head_dim, block.b,
+                                      0, block.keys, block.kv_head, 1);
   const std::vector<float> v =
       gather(in.v, d.dtype, d.seqlen_kv, d.heads_kv, Dv, block.b, 0, block.keys, block.kv_head, 1);
   block.o.assign(static_cast<size_t>(rows * g * Dv), 0.0f);
@@ -211,8 +208,7 @@ CheckResult Oracle::check(Workload& workload) const {
               b.row_end - b.row_begin, b.kv_head * g, g, sq);
       // dk and dv sum over all rows: only a whole slice has their exact values.
       if (b.row_begin != 0 || b.row_end != d.seqlen_q || b.keys != d.seqlen_kv) continue;
-      compare(dk, b.dk, d.seqlen_kv, d.heads_kv, d.head_dim, b.b, 0, d.seqlen_kv, b.kv_head, 1,
-              sk);
+      compare(dk, b.dk, d.seqlen_kv, d.heads_kv, d.head_dim, b.b, 0, d.seqlen_kv, b.kv_head, 1, sk);
       compare(dv, b.dv, d.seqlen_kv, d.heads_kv, Dv, b.b, 0, d.seqlen_kv, b.kv_head, 1, sv);
     }
     worst = std::max({sq.relative(), sk.relative(), sv.relative()});

@@ -8,11 +8,11 @@
 //    budget; forward and backward;
 //  - when even one slice is too expensive: blocks of query rows of the first and
 //    last slices (for a backward, only dq is checked there: dq of a row depends on
-//    that row and the keys alone, while dk and dv sum over all rows). Rows [r0, r1) with keys [0, Sk - Sq + r1) keep every
-//    row's diagonal (bottom-right alignment: diag = i + Sk - Sq), so the mask is
-//    unchanged. Dropping the keys past Sk - Sq + r1 is exact only when no row can
-//    see past its diagonal (causal, or window_right = 0); otherwise only the last
-//    block (r1 = Sq, all keys) is used.
+//    that row and the keys alone, while dk and dv sum over all rows). Rows [r0, r1) with keys [0,
+//    Sk - Sq + r1) keep every row's diagonal (bottom-right alignment: diag = i + Sk - Sq), so the
+//    mask is unchanged. Dropping the keys past Sk - Sq + r1 is exact only when no row can see past
+//    its diagonal (causal, or window_right = 0); otherwise only the last block (r1 = Sq, all keys)
+//    is used.
 // The reference runs in f32 on the widened inputs (f16/bf16 widen exactly), so the
 // expected values carry no rounding of the dtype under test.
 //

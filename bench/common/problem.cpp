@@ -6,8 +6,8 @@ namespace bench {
 
 std::string shape_label(const flash::AttentionDesc& d) {
   std::ostringstream s;
-  s << "B" << d.batch << "_Hq" << d.heads_q << "_Hkv" << d.heads_kv << "_Sq" << d.seqlen_q
-    << "_Sk" << d.seqlen_kv << "_D" << d.head_dim;
+  s << "B" << d.batch << "_Hq" << d.heads_q << "_Hkv" << d.heads_kv << "_Sq" << d.seqlen_q << "_Sk"
+    << d.seqlen_kv << "_D" << d.head_dim;
   if (value_dim(d) != d.head_dim) s << "_Dv" << value_dim(d);
   return s.str();
 }

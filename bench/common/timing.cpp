@@ -26,7 +26,9 @@ double median(std::vector<double> values) {
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
   if (values.size() % 2) return values[mid];
   const double upper = values[mid];
-  return (upper + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+  return (upper +
+          *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid))) /
+         2;
 }
 
 }  // namespace bench

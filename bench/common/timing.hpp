@@ -10,9 +10,9 @@
 namespace bench {
 
 struct TimingPlan {
-  int warmup = 1;              // untimed calls first: module load, allocation, clocks
-  int max_runs = 10;           // timed calls at most
-  double max_seconds = 2.0;    // stop earlier once this much was spent (at least 1 run)
+  int warmup = 1;            // untimed calls first: module load, allocation, clocks
+  int max_runs = 10;         // timed calls at most
+  double max_seconds = 2.0;  // stop earlier once this much was spent (at least 1 run)
 };
 
 // Milliseconds of each timed call, in call order.

@@ -17,7 +17,8 @@ constexpr int64_t kDefaultSeqlen = 1024;
 constexpr int64_t kDefaultHeads = 8;
 constexpr int64_t kDefaultHeadDim = 64;
 
-const char* const kUsage = R"(flashattn-compare: run one attention problem (or a sweep over seqlen) on
+const char* const kUsage =
+    R"(flashattn-compare: run one attention problem (or a sweep over seqlen) on
 every backend and print time, TFLOP/s and the error against the reference.
 
 usage: flashattn-compare [options]
@@ -92,8 +93,8 @@ flash::DType parse_dtype(const std::string& value) {
 }
 
 flash::Backend parse_backend(const std::string& value) {
-  for (flash::Backend b : {flash::Backend::reference, flash::Backend::cpu, flash::Backend::cuda,
-                           flash::Backend::hip})
+  for (flash::Backend b :
+       {flash::Backend::reference, flash::Backend::cpu, flash::Backend::cuda, flash::Backend::hip})
     if (value == flash::to_string(b)) return b;
   throw std::invalid_argument("--backends: '" + value +
                               "' is not one of reference, cpu, cuda, hip");
@@ -138,17 +139,21 @@ Options parse_args(int argc, char** argv) {
          o.base.softcap = static_cast<float>(parse_double("--softcap", v));
        }},
       {"--scale",
-       [&](const std::string& v) { o.base.scale = static_cast<float>(parse_double("--scale", v)); }},
+       [&](const std::string& v) {
+         o.base.scale = static_cast<float>(parse_double("--scale", v));
+       }},
       {"--backends",
        [&](const std::string& v) {
          for (const std::string& b : split(v, ',')) o.backends.push_back(parse_backend(b));
        }},
-      {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v)); }},
+      {"--iters",
+       [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v)); }},
       {"--max-seconds",
        [&](const std::string& v) { o.max_seconds = parse_double("--max-seconds", v); }},
       {"--check-budget",
        [&](const std::string& v) { o.check_budget_gflop = parse_double("--check-budget", v); }},
-      {"--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v)); }},
+      {"--seed",
+       [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v)); }},
       {"--json", [&](const std::string& v) { o.json_path = v; }},
       {"--plot", [&](const std::string& v) { o.plot_path = v; }},
   };

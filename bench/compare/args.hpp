@@ -10,11 +10,11 @@
 namespace compare {
 
 struct Options {
-  flash::AttentionDesc base;        // every field but seqlen_q / seqlen_kv / batch
-  std::vector<int64_t> seqlens;     // one problem per entry (a sweep when > 1)
-  int64_t seqlen_kv = 0;            // 0: equal to each seqlen
+  flash::AttentionDesc base;     // every field but seqlen_q / seqlen_kv / batch
+  std::vector<int64_t> seqlens;  // one problem per entry (a sweep when > 1)
+  int64_t seqlen_kv = 0;         // 0: equal to each seqlen
   int64_t batch = 1;
-  int64_t tokens = 0;               // > 0: batch = max(1, tokens / seqlen) per point
+  int64_t tokens = 0;  // > 0: batch = max(1, tokens / seqlen) per point
   bool backward = false;
   std::vector<flash::Backend> backends;  // empty: every backend the library knows
   int iters = 10;

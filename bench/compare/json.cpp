@@ -60,8 +60,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
   std::ofstream out(path);
   if (!out) throw std::runtime_error("--json: cannot write '" + path + "'");
   out << "{\n \"tool\": \"flashattn-compare\",\n \"flashattn_version\": "
-      << quoted(flash::version()) << ",\n \"date\": " << quoted(utc_now())
-      << ",\n \"backends\": [";
+      << quoted(flash::version()) << ",\n \"date\": " << quoted(utc_now()) << ",\n \"backends\": [";
   const char* sep = "\n  ";
   for (const flash::BackendInfo& b : flash::backends()) {
     out << sep << "{\"name\": " << quoted(flash::to_string(b.backend))

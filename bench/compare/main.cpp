@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
     std::vector<compare::Row> point_rows = runner.run(desc, prefix);
     for (const compare::Row& r : point_rows)
       if (!r.check.coverage.empty()) {
-        coverage_notes.push_back("Sq=" + std::to_string(desc.seqlen_q) + ": " +
-                                 r.check.coverage);
+        coverage_notes.push_back("Sq=" + std::to_string(desc.seqlen_q) + ": " + r.check.coverage);
         break;
       }
     rows.insert(rows.end(), point_rows.begin(), point_rows.end());

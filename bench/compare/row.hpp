@@ -12,8 +12,8 @@ struct Row {
   flash::AttentionDesc desc;  // the problem (desc.backend: the backend of this row)
   bool backward = false;
   std::string backend;
-  std::string kernel;   // what ran: the backend's detail until flash::explain() exists
-  std::string status;   // "ok", or "skipped: why" / "error: what"
+  std::string kernel;  // what ran: the backend's detail until flash::explain() exists
+  std::string status;  // "ok", or "skipped: why" / "error: what"
   int runs = 0;
   double median_ms = 0.0, min_ms = 0.0;
   double tflops = 0.0;  // at the median time

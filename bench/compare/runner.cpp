@@ -103,8 +103,9 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
 
   for (flash::Backend backend : requested(options_, known)) {
     Row row = blank_row(desc, backend, backward);
-    const auto info = std::find_if(known.begin(), known.end(),
-                                   [&](const flash::BackendInfo& i) { return i.backend == backend; });
+    const auto info = std::find_if(known.begin(), known.end(), [&](const flash::BackendInfo& i) {
+      return i.backend == backend;
+    });
     if (info == known.end()) {
       row.status = "skipped: not known to this build of libflashattn";
     } else if (!info->available) {

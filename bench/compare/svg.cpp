@@ -24,11 +24,16 @@ const char* const kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -82,8 +87,8 @@ std::string render_svg(const LinePlot& plot) {
   auto py = [&](double y) { return kTop + plot_h - y / y_top * plot_h; };
 
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\""
-    << kHeight << "\" viewBox=\"0 0 " << kWidth << " " << kHeight
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
+    << "\" viewBox=\"0 0 " << kWidth << " " << kHeight
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"" << num(kWidth / 2) << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">"
@@ -103,9 +108,8 @@ std::string render_svg(const LinePlot& plot) {
   std::sort(x_ticks.begin(), x_ticks.end());
   x_ticks.erase(std::unique(x_ticks.begin(), x_ticks.end()), x_ticks.end());
   for (double x : x_ticks)
-    s << "<line x1=\"" << num(px(x)) << "\" x2=\"" << num(px(x)) << "\" y1=\""
-      << num(kTop + plot_h) << "\" y2=\"" << num(kTop + plot_h + kTickLength)
-      << "\" stroke=\"black\"/>\n"
+    s << "<line x1=\"" << num(px(x)) << "\" x2=\"" << num(px(x)) << "\" y1=\"" << num(kTop + plot_h)
+      << "\" y2=\"" << num(kTop + plot_h + kTickLength) << "\" stroke=\"black\"/>\n"
       << "<text x=\"" << num(px(x)) << "\" y=\"" << num(kTop + plot_h + kTickLength + 14)
       << "\" text-anchor=\"middle\">" << tick_label(x) << "</text>\n";
   // Axes and their labels.
@@ -127,8 +131,8 @@ std::string render_svg(const LinePlot& plot) {
     for (const auto& [x, y] : points) s << num(px(x)) << "," << num(py(y)) << " ";
     s << "\"/>\n";
     for (const auto& [x, y] : points)
-      s << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\""
-        << kMarkerRadius << "\" fill=\"" << color << "\"/>\n";
+      s << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"" << kMarkerRadius
+        << "\" fill=\"" << color << "\"/>\n";
     const double ly = kTop + 10 + 20.0 * static_cast<double>(i);
     const double lx = kLeft + plot_w + 15;
     s << "<line x1=\"" << num(lx) << "\" x2=\"" << num(lx + 22) << "\" y1=\"" << num(ly)

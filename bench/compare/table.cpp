@@ -42,8 +42,9 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
     return r.desc.seqlen_q != rows.front().desc.seqlen_q ||
            r.desc.seqlen_kv != rows.front().desc.seqlen_kv;
   });
-  std::vector<std::string> header = {"backend", "kernel / status", "runs", "median ms",
-                                     "TFLOP/s", "GB/s", "max rel err", "tol used"};
+  std::vector<std::string> header = {"backend",     "kernel / status", "runs",
+                                     "median ms",   "TFLOP/s",         "GB/s",
+                                     "max rel err", "tol used"};
   if (sweep) header.insert(header.begin(), {"Sq", "Sk", "B"});
   // A backend skipped for the same reason at every sweep point is listed once.
   std::vector<const Row*> shown;
