@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "common/dtype.hpp"
 #include "common/flops.hpp"
@@ -101,6 +102,12 @@ double tolerance_for(flash::DType dtype, bool backward) {
 Oracle::Oracle(const flash::AttentionDesc& desc, bool backward, const HostInputs& inputs,
                double flop_budget)
     : desc_(desc), backward_(backward) {
+  // Slices rest on whole GQA groups; other invalid fields are left to the library,
+  // whose flash::Error the reference's first call raises.
+  if (desc.heads_kv <= 0 || desc.heads_q % desc.heads_kv != 0)
+    throw flash::Error("flash: heads_q = " + std::to_string(desc.heads_q) +
+                       " is invalid; must be a multiple of heads_kv = " +
+                       std::to_string(desc.heads_kv) + " (GQA/MQA)");
   const int64_t Sq = desc.seqlen_q, Sk = desc.seqlen_kv;
   const int64_t slices = desc.batch * desc.heads_kv;
   const double slice_work = reference_work(desc, Sq, Sk, backward);

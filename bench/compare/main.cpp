@@ -6,8 +6,8 @@
 //   flashattn-compare --dtype bf16 --seqlen 512,1024,2048,4096 --causal --plot s.svg
 //   flashattn-compare --backward --kv-heads 2 --json out.json
 //
-// Exit status: 0 when every checked backend is within tolerance, 1 when one is not,
-// 2 for a bad command line.
+// Exit status: 0 when every backend that ran is within tolerance, 1 when one is not
+// or a backend failed with an error (skips do not count), 2 for a bad command line.
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -25,7 +25,7 @@
 
 namespace {
 
-constexpr int kExitToleranceExceeded = 1;
+constexpr int kExitFailure = 1;  // a backend outside tolerance, or an error
 constexpr int kExitBadArguments = 2;
 
 flash::AttentionDesc problem_at(const compare::Options& o, int64_t seqlen) {
@@ -112,12 +112,14 @@ int main(int argc, char** argv) {
   for (const std::string& note : coverage_notes) std::printf("checked: %s\n", note.c_str());
 
   int status = 0;
-  for (const compare::Row& r : rows)
+  for (const compare::Row& r : rows) {
     if (r.ok() && r.check.checked && !(r.check.tolerance_used <= 1.0)) {
       std::fprintf(stderr, "flashattn-compare: %s exceeds its tolerance at Sq=%lld\n",
                    r.backend.c_str(), static_cast<long long>(r.desc.seqlen_q));
-      status = kExitToleranceExceeded;
+      status = kExitFailure;
     }
+    if (r.status.rfind("error:", 0) == 0) status = kExitFailure;  // skips are not failures
+  }
   try {
     if (!options.json_path.empty()) {
       compare::write_json(options.json_path, rows);
