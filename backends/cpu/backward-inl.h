@@ -193,8 +193,9 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
 HWY_INLINE void ScoresAndGrad(const flash_problem& p, const KvOperands& kv, size_t k_rows,
                               size_t kb, size_t R, bool boundary, const BackwardTiles& t) {
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
-  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, kv.ka, t.rows.qt, R, t.st, R, CMode::kOverwrite);
-  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, Dv, kv.va, t.rows.dot, R, t.dpt, R,
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, kv.ka, BOperand::RowMajor(t.rows.qt, R), t.st,
+                                   R, CMode::kOverwrite);
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, Dv, kv.va, BOperand::RowMajor(t.rows.dot, R), t.dpt, R,
                                    CMode::kOverwrite);
   BackwardScores(t.st, t.dpt, R, kb, k_rows, p.softcap, boundary, t.lo_rel, t.hi_rel,
                  t.rows.lse2, t.rows.di);
@@ -234,10 +235,10 @@ HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
       }
       if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
       ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
-      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1}, t.rows.dorow,
-                                       dv_pad, dv_acc, dv_pad, CMode::kAccumulate);
-      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1}, t.rows.qrow,
-                                       d_pad, dk_acc, d_pad, CMode::kAccumulate);
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1},
+                                       BOperand::RowMajor(t.rows.dorow, dv_pad), dv_acc, dv_pad, CMode::kAccumulate);
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1},
+                                       BOperand::RowMajor(t.rows.qrow, d_pad), dk_acc, d_pad, CMode::kAccumulate);
     }
   }
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
@@ -277,8 +278,8 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
     if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
     ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
-    Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R}, kv.kb_ptr, kv.ldk,
-                                     dq_acc, d_pad, CMode::kAccumulate);
+    Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R},
+                                     BOperand::RowMajor(kv.kb_ptr, kv.ldk), dq_acc, d_pad, CMode::kAccumulate);
   }
   const size_t D = static_cast<size_t>(p.head_dim);
   for (size_t r = 0; r < R; ++r) {

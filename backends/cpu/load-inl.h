@@ -9,6 +9,7 @@
 #define FLASH_CPU_LOAD_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstring>
 
 #include "dispatch/module_abi.h"
@@ -68,6 +69,27 @@ HWY_INLINE void LoadTile(int32_t dtype, const void* src, int64_t ld_src, size_t 
   }
   for (size_t r = rows; r < padded_rows; ++r)
     std::memset(dst + r * ld_dst, 0, ld_dst * sizeof(float));
+}
+
+// Like LoadTile, but into the panel-major layout of BOperand (microkernel-inl.h):
+// columns padded with zeros to whole vectors and cut into panels of panel_width
+// columns; panel p is a dense rows x width block starting at dst + p·panel_width·rows.
+HWY_INLINE void LoadPanels(int32_t dtype, const void* src, int64_t ld_src, size_t rows,
+                           size_t cols, size_t panel_width, float* dst) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  const size_t padded = (cols + N - 1) / N * N;
+  const size_t esize = dtype == FLASH_F32 ? 4 : 2;
+  for (size_t r = 0; r < rows; ++r) {
+    const char* row = static_cast<const char*>(src) + static_cast<int64_t>(r) * ld_src * esize;
+    for (size_t c0 = 0; c0 < padded; c0 += panel_width) {
+      const size_t width = std::min(panel_width, padded - c0);
+      float* out = dst + c0 * rows + r * width;
+      const size_t valid = std::min(width, cols - c0);
+      LoadRow(dtype, row + c0 * esize, valid, 1.0f, out);
+      for (size_t c = valid; c < width; ++c) out[c] = 0.0f;
+    }
+  }
 }
 
 }  // namespace flash::cpu::HWY_NAMESPACE

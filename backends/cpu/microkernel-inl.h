@@ -16,6 +16,7 @@
 #define FLASH_CPU_MICROKERNEL_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 
 #include "hwy/highway.h"
@@ -67,6 +68,26 @@ HWY_INLINE void MicroTile(size_t K, StridedA a, const float* HWY_RESTRICT b, siz
   }
 }
 
+// How B is laid out in memory.
+struct BOperand {
+  const float* p;
+  size_t ld;          // row-major: row stride
+  size_t panel_rows;  // 0: row-major. Else packed by LoadPanels() for panel_rows rows:
+                      // each NR-vector column panel is a dense panel_rows x width block,
+                      // so the micro-tile streams it contiguously
+  size_t row0;        // panel-major: first row used
+  static BOperand RowMajor(const float* p, size_t ld) { return {p, ld, 0, 0}; }
+  // Start of the panel holding column vector v (of NR-vector panels) and its stride.
+  const float* Panel(size_t v, size_t lanes, size_t width, size_t* ldb) const {
+    if (panel_rows == 0) {
+      *ldb = ld;
+      return p + v * lanes;
+    }
+    *ldb = width;
+    return p + v * lanes * panel_rows + row0 * width;
+  }
+};
+
 // Remaining column vectors (fewer than NR) after the full panels.
 template <size_t MR, size_t NR>
 HWY_INLINE void GemmColumnTail(size_t M, size_t vecs, size_t K, StridedA a, const float* b,
@@ -86,20 +107,23 @@ HWY_INLINE void GemmColumnTail(size_t M, size_t vecs, size_t K, StridedA a, cons
 // Column panels outermost: the K x (NR·lanes) panel of B stays in L1 while every
 // MR-row block of A streams past it.
 template <size_t MR, size_t NR>
-HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, const float* b, size_t ldb,
-                     float* c, size_t ldc, CMode mode, const float* row_scale = nullptr) {
+HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, BOperand b, float* c,
+                     size_t ldc, CMode mode, const float* row_scale = nullptr) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const size_t vecs = ncols / N;
   size_t v = 0;
+  size_t ldb;
   for (; v + NR <= vecs; v += NR) {
+    const float* bp = b.Panel(v, N, NR * N, &ldb);
     for (size_t r = 0; r < M; r += MR)
-      MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, b + v * N, ldb,
-                        c + r * ldc + v * N, ldc, mode, row_scale ? row_scale + r : nullptr);
+      MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, bp, ldb, c + r * ldc + v * N,
+                        ldc, mode, row_scale ? row_scale + r : nullptr);
   }
-  if (v < vecs)
-    GemmColumnTail<MR, NR - 1>(M, vecs - v, K, a, b + v * N, ldb, c + v * N, ldc, mode,
-                               row_scale);
+  if (v < vecs) {
+    const float* bp = b.Panel(v, N, (vecs - v) * N, &ldb);
+    GemmColumnTail<MR, NR - 1>(M, vecs - v, K, a, bp, ldb, c + v * N, ldc, mode, row_scale);
+  }
 }
 
 }  // namespace flash::cpu::HWY_NAMESPACE

@@ -1,0 +1,121 @@
+// Quick GFLOP/s of the CPU backend beside this machine's f32 FMA peak, for kernel
+// development (the project's benchmark is bench/flashattn_bench). Not a test.
+// Usage: flash_cpu_speed [batch heads seqlen head_dim dtype(f32|f16|bf16) reps]
+// FLOPs: 4·B·H·Sq·Sk·D forward (half for causal); backward 2.5x forward.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+#include <ctime>
+#include <utility>
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "cpu_test_util.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// CPU seconds of the whole process (all threads). On a shared machine the wall clock
+// includes time the scheduler gave to other users' processes; CPU time does not, so
+// flops / (CPU time / threads) estimates the speed on a quiet machine (it still counts
+// cache interference from neighbours).
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// 12 independent FMA chains of 8 lanes per thread (2 FMA pipes x 4-5 cycles latency
+// need >= 10 in flight); the compiler keeps them in ymm registers (-O2 with the
+// target attribute; no memory operands in the loop).
+__attribute__((target("avx2,fma"))) double FmaPeakAvx2(long iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+// Returns {wall GFLOP/s, CPU-time GFLOP/s}.
+std::pair<double, double> PeakGflops(int threads) {
+  const long iters = 100000000 / 12;
+  double sink = 0;
+  const auto t0 = Clock::now();
+  const double c0 = CpuSeconds();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  sink += FmaPeakAvx2(iters);
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu = (CpuSeconds() - c0) / threads;
+  if (sink == 12345.0) std::printf(" ");
+  const double flops = 2.0 * 8 * 12 * iters * threads;
+  return {flops / sec / 1e9, flops / cpu / 1e9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace flash::cpu::test;
+  const int64_t B = argc > 1 ? std::atol(argv[1]) : 1, H = argc > 2 ? std::atol(argv[2]) : 8;
+  const int64_t S = argc > 3 ? std::atol(argv[3]) : 2048, D = argc > 4 ? std::atol(argv[4]) : 128;
+  const std::string dt = argc > 5 ? argv[5] : "f32";
+  const int reps = argc > 6 ? std::atoi(argv[6]) : 3;
+  const int32_t dtype = dt == "f16" ? FLASH_F16 : dt == "bf16" ? FLASH_BF16 : FLASH_F32;
+  const int threads = omp_get_max_threads();
+  flash_message reason{}, detail{};
+  flash_cpu_module()->probe(&reason, &detail);
+  std::printf("cpu backend: %s\n", detail.text);
+  const bool probe_peak = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // The machine is shared: interleave the peak probe with the kernel and keep the best
+  // of each, so both see the same (least) interference.
+  double peak = 0, peak_cpu = 0;
+  auto sample_peak = [&] {
+    if (!probe_peak) return;
+    const auto pk = PeakGflops(threads);
+    peak = std::max(peak, pk.first);
+    peak_cpu = std::max(peak_cpu, pk.second);
+  };
+  for (bool causal : {false, true}) {
+    Case c;
+    c.batch = B;
+    c.hq = c.hk = H;
+    c.sq = c.sk = S;
+    c.d = D;
+    c.dtype = dtype;
+    c.causal = causal;
+    Problem pr(c);
+    const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+    double best_f = 1e30, best_b = 1e30, best_fc = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      sample_peak();
+      auto t0 = Clock::now();
+      const double c0 = CpuSeconds();
+      pr.Forward();
+      best_fc = std::min(best_fc, (CpuSeconds() - c0) / threads);
+      best_f = std::min(best_f, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    for (int r = 0; r < (reps + 1) / 2; ++r) {
+      auto t0 = Clock::now();
+      pr.Backward();
+      best_b = std::min(best_b, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::printf("%s B=%ld H=%ld S=%ld D=%ld %s, %d threads: forward %.1f ms %.1f GFLOP/s (%.0f%% of "
+                "peak %.1f) | backward %.1f ms %.1f GFLOP/s\n",
+                dt.c_str(), (long)B, (long)H, (long)S, (long)D, causal ? "causal" : "full", threads,
+                best_f * 1e3, flops / best_f / 1e9, 100 * flops / best_f / 1e9 / peak, peak,
+                best_b * 1e3, 2.5 * flops / best_b / 1e9);
+    std::printf("    by CPU time: forward %.1f GFLOP/s = %.0f%% of FMA peak %.1f (CPU time)\n",
+                flops / best_fc / 1e9, 100 * flops / best_fc / 1e9 / peak_cpu, peak_cpu);
+  }
+  return 0;
+}

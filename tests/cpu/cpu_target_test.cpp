@@ -1,0 +1,82 @@
+// FLASH_CPU_TARGET handling and the probe() detail format the cross-backend suite
+// parses: "simd=<chosen>; supported=<comma list>; ...".
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cpu_test_util.h"
+
+namespace flash::cpu::test {
+namespace {
+
+std::string Detail() {
+  flash_message reason{}, detail{};
+  EXPECT_EQ(flash_cpu_module()->probe(&reason, &detail), 1) << reason.text;
+  return detail.text;
+}
+
+TEST(CpuTarget, ProbeDetailFormat) {
+  unsetenv("FLASH_CPU_TARGET");
+  const std::string d = Detail();
+  ASSERT_EQ(d.rfind("simd=", 0), 0u) << d;
+  const std::vector<std::string> names = SupportedTargetNames();
+  ASSERT_FALSE(names.empty()) << d;
+  EXPECT_EQ(d.substr(5, names[0].size() + 2), names[0] + "; ") << "best target is the default: " << d;
+  EXPECT_EQ(names.back(), "scalar") << d;
+  for (const std::string& n : names)
+    EXPECT_TRUE(n == "avx512" || n == "avx2" || n == "sse4" || n == "scalar") << n;
+}
+
+TEST(CpuTarget, EachSupportedTargetCanBeForced) {
+  for (const std::string& n : SupportedTargetNames()) {
+    setenv("FLASH_CPU_TARGET", n.c_str(), 1);
+    EXPECT_EQ(Detail().rfind("simd=" + n + ";", 0), 0u);
+    Case c;
+    Problem pr(c);
+    std::string err;
+    EXPECT_EQ(pr.Forward(&err), FLASH_OK) << err;
+    flash_message kernel{};
+    ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
+    EXPECT_NE(std::string(kernel.text).find("." + n + "."), std::string::npos) << kernel.text;
+  }
+  unsetenv("FLASH_CPU_TARGET");
+}
+
+TEST(CpuTarget, UnknownValueIsAnErrorListingValidOnes) {
+  setenv("FLASH_CPU_TARGET", "avx1024", 1);
+  Case c;
+  Problem pr(c);
+  std::string err;
+  EXPECT_EQ(pr.Forward(&err), FLASH_INVALID_ARGUMENT);
+  EXPECT_NE(err.find("FLASH_CPU_TARGET"), std::string::npos) << err;
+  EXPECT_NE(err.find("avx1024"), std::string::npos) << err;
+  EXPECT_NE(err.find("scalar"), std::string::npos) << err;
+  EXPECT_EQ(pr.Backward(&err), FLASH_INVALID_ARGUMENT);
+  flash_message reason{}, detail{};
+  EXPECT_EQ(flash_cpu_module()->probe(&reason, &detail), 0);
+  EXPECT_NE(std::string(reason.text).find("FLASH_CPU_TARGET"), std::string::npos) << reason.text;
+  flash_message kernel{};
+  EXPECT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_UNSUPPORTED);
+  unsetenv("FLASH_CPU_TARGET");
+}
+
+TEST(CpuTarget, KnownButUnsupportedValueIsAnError) {
+  const std::vector<std::string> names = SupportedTargetNames();
+  for (const char* n : {"avx512", "avx2", "sse4"}) {
+    bool supported = false;
+    for (const auto& s : names) supported = supported || s == n;
+    if (supported) continue;
+    setenv("FLASH_CPU_TARGET", n, 1);
+    Case c;
+    Problem pr(c);
+    std::string err;
+    EXPECT_EQ(pr.Forward(&err), FLASH_INVALID_ARGUMENT) << n;
+    EXPECT_NE(err.find("not supported by this CPU"), std::string::npos) << err;
+    unsetenv("FLASH_CPU_TARGET");
+    return;
+  }
+  GTEST_SKIP() << "every known target is supported here; nothing to refuse";
+}
+
+}  // namespace
+}  // namespace flash::cpu::test
