@@ -1,0 +1,305 @@
+// The `hip` backend module: device probe, pointer ownership, the one choose() that
+// decides both "supported?" and which kernel runs (MFMA on CDNA, portable otherwise),
+// and the forward/backward entries (host-memory staging, launch on desc.stream).
+// Built as libflashattn_hip.so by hipcc for AMD GPUs, or by nvcc as the hip-on-cuda
+// build (portable kernels only); the core loads it with dlopen either way.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dispatch/backend_adapter.hpp"
+#include "kernels.h"
+#include "mfma_tiles.h"
+#include "portable_tiles.h"
+#include "portability.h"
+
+#ifndef FLASHATTN_HIP_TARGETS
+#define FLASHATTN_HIP_TARGETS ""
+#endif
+
+namespace flash::hip {
+namespace {
+
+using flash::detail::Choice;
+using flash::detail::RuntimeFailure;
+
+// Grids are one-dimensional (x allows 2^31 - 1 blocks; y/z only 65535).
+constexpr int64_t kMaxBlocks = (int64_t{1} << 31) - 1;
+
+void check(gpu::Error e, const char* what) {
+  if (e != gpu::kSuccess)
+    throw RuntimeFailure(std::string("hip backend: ") + what + ": " + gpu::error_string(e));
+}
+
+const char* dtype_name(int dtype) {
+  return dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
+}
+
+// Targets this module carries code for ("gfx90a,gfx908"); empty in hip-on-cuda.
+bool compiled_for(const std::string& arch) {
+  const std::string list = std::string(",") + FLASHATTN_HIP_TARGETS + ",";
+  return list.find("," + arch + ",") != std::string::npos;
+}
+
+struct Device {
+  bool ok = false;
+  std::string reason;
+  gpu::DeviceInfo info;
+};
+
+// The current device, as choose() and probe() see it.
+Device current_device() {
+  Device dev;
+  int count = 0;
+  gpu::Error e = gpu::device_count(&count);
+  if (e != gpu::kSuccess || count == 0) {
+#if FLASH_HIP_ON_AMD
+    dev.reason = std::string("no HIP device found (hipGetDeviceCount: ") +
+                 (e != gpu::kSuccess ? gpu::error_string(e) : "0 devices") +
+                 "); the hip backend needs an AMD GPU (built for " + FLASHATTN_HIP_TARGETS + ")";
+#else
+    dev.reason = std::string("no HIP device found (hip-on-cuda build, cudaGetDeviceCount: ") +
+                 (e != gpu::kSuccess ? gpu::error_string(e) : "0 devices") + ")";
+#endif
+    (void)gpu::get_last_error();
+    return dev;
+  }
+  int id = 0;
+  if ((e = gpu::current_device(&id)) != gpu::kSuccess ||
+      (e = gpu::device_info(id, &dev.info)) != gpu::kSuccess) {
+    dev.reason = std::string("cannot query the ") + gpu::kRuntime +
+                 " device: " + gpu::error_string(e);
+    return dev;
+  }
+#if FLASH_HIP_ON_AMD
+  if (!compiled_for(dev.info.arch)) {
+    dev.reason = "AMD device " + dev.info.name + " is " + dev.info.arch +
+                 ", but libflashattn_hip.so was built for " + FLASHATTN_HIP_TARGETS +
+                 " (rebuild with -DFLASHATTN_HIP_ARCHITECTURES=" + dev.info.arch + ")";
+    return dev;
+  }
+#endif
+  dev.ok = true;
+  return dev;
+}
+
+// FLASH_HIP_KERNEL=portable forces the portable path on CDNA (to compare the two).
+bool portable_forced() {
+  const char* v = std::getenv("FLASH_HIP_KERNEL");
+  return v != nullptr && std::strcmp(v, "portable") == 0;
+}
+
+enum class Path { portable, mfma };
+struct Plan {
+  Path path;
+  int tile_dim;  // padded head dim of the chosen tile
+};
+
+// The one decision: which kernel runs this problem, or why none can.
+Choice decide(const flash_problem& p, int direction, Plan* plan) {
+  const Device dev = current_device();
+  if (!dev.ok) return Choice::decline(dev.reason);
+  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  if (dim > kPortableMaxHeadDim)
+    return Choice::decline("head_dim " + std::to_string(p.head_dim) + " / head_dim_v " +
+                           std::to_string(p.head_dim_v) + ": hip supports up to " +
+                           std::to_string(kPortableMaxHeadDim));
+  // Every kernel puts (row block, head, batch) on grid x; the smallest row block is 16.
+  const int64_t rows = direction == FLASH_FORWARD
+                           ? p.seqlen_q * p.heads_q
+                           : (p.seqlen_q * p.heads_q > p.seqlen_kv * p.heads_kv
+                                  ? p.seqlen_q * p.heads_q
+                                  : p.seqlen_kv * p.heads_kv);
+  if ((rows / 16 + 1) * p.batch > kMaxBlocks)
+    return Choice::decline("batch * heads * seqlen too large for one hip grid (" +
+                           std::to_string(p.batch) + " x " + std::to_string(rows) + " rows)");
+
+  bool mfma = false;
+#if FLASHATTN_HIP_MFMA
+  mfma = p.dtype != FLASH_F32 && dim <= kMfmaMaxHeadDim && dev.info.wave_size == 64 &&
+         (dev.info.arch == "gfx90a" || dev.info.arch == "gfx908") && !portable_forced();
+#endif
+  Plan chosen{mfma ? Path::mfma : Path::portable, 0};
+  std::string name;
+  if (mfma) {
+    with_mfma_tile(dim, [&](auto t) { chosen.tile_dim = decltype(t)::kDim; });
+    name = "mfma32x32x8_d" + std::to_string(chosen.tile_dim);
+  } else {
+    with_portable_tile(dim, [&](auto t) { chosen.tile_dim = decltype(t)::kDim; });
+    name = "portable_fma_d" + std::to_string(chosen.tile_dim);
+  }
+  if (plan) *plan = chosen;
+  return Choice::run(name + " " + dtype_name(p.dtype) + " on " + dev.info.name + " (" +
+                     dev.info.arch + ")");
+}
+
+Plan plan_or_throw(const flash_problem& p, int direction) {
+  Plan plan{};
+  const Choice c = decide(p, direction, &plan);
+  if (!c.ok) throw Error("hip backend cannot run this problem: " + c.reason);
+  return plan;
+}
+
+KernelProblem to_kernel_problem(const flash_problem& p) {
+  KernelProblem k{};
+  k.batch = p.batch;
+  k.seqlen_q = p.seqlen_q;
+  k.seqlen_kv = p.seqlen_kv;
+  k.heads_q = p.heads_q;
+  k.heads_kv = p.heads_kv;
+  k.head_dim = p.head_dim;
+  k.head_dim_v = p.head_dim_v;
+  k.group = p.heads_q / p.heads_kv;
+  for (int a = 0; a < 3; ++a) {
+    k.q_stride[a] = p.q_stride[a];
+    k.k_stride[a] = p.k_stride[a];
+    k.v_stride[a] = p.v_stride[a];
+    k.o_stride[a] = p.o_stride[a];
+  }
+  k.window_left = p.window_left;
+  k.window_right = p.window_right;
+  k.causal = p.causal;
+  k.scale = p.scale;
+  k.softcap = p.softcap;
+  k.scale_log2 = p.scale * kLog2e;
+  return k;
+}
+
+// Elements spanned by a [batch, seq, heads, dim] view with these strides.
+size_t span_elems(const int64_t* stride, int64_t batch, int64_t seq, int64_t heads,
+                  int64_t dim) {
+  if (batch == 0 || seq == 0 || heads == 0 || dim == 0) return 0;
+  return static_cast<size_t>((batch - 1) * stride[0] + (seq - 1) * stride[1] +
+                             (heads - 1) * stride[2] + dim);
+}
+
+// Host tensors are copied through device memory (synchronously); device tensors are
+// used in place. Frees its buffers on every path.
+class Staging {
+ public:
+  explicit Staging(gpu::Stream s) : stream_(s) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+    for (auto& b : buffers_) (void)gpu::free_device(b.device);
+  }
+
+  // Returns a device pointer for p (input copied in; output copied back by finish()).
+  template <class P>
+  P* on_device(P* p, size_t bytes, bool output) {
+    if (p == nullptr || bytes == 0 || gpu::is_device_pointer(p)) return p;
+    void* d = nullptr;
+    check(gpu::malloc_device(&d, bytes), "staging a host tensor (device allocation)");
+    buffers_.push_back({d, const_cast<void*>(static_cast<const void*>(p)), bytes, output});
+    // Outputs are copied in too: a strided output has gaps the kernels never write.
+    check(gpu::copy_to_device(d, p, bytes, stream_), "staging a host tensor (copy in)");
+    return static_cast<P*>(d);
+  }
+
+  void finish() {
+    for (auto& b : buffers_)
+      if (b.output) check(gpu::copy_to_host(b.host, b.device, b.bytes, stream_), "copy back");
+    if (!buffers_.empty()) check(gpu::synchronize(stream_), "synchronizing staged copies");
+  }
+
+ private:
+  struct Buffer {
+    void* device;
+    void* host;
+    size_t bytes;
+    bool output;
+  };
+  gpu::Stream stream_;
+  std::vector<Buffer> buffers_;
+};
+
+size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
+
+struct HipBackend {
+  static const char* name() { return "hip"; }
+
+  static bool probe(std::string& reason, std::string& detail) {
+    const Device dev = current_device();
+    if (!dev.ok) {
+      reason = dev.reason;
+      return false;
+    }
+    detail = dev.info.name + " (" + dev.info.arch + ", wave" +
+             std::to_string(dev.info.wave_size) + ", " + gpu::kRuntime +
+#if FLASHATTN_HIP_MFMA
+             ", MFMA and portable kernels"
+#else
+             ", portable kernels"
+#endif
+             + ")";
+    return true;
+  }
+
+  static bool owns_pointer(const void* p) { return gpu::is_device_pointer(p); }
+
+  static Choice choose(const flash_problem& p, int direction) {
+    return decide(p, direction, nullptr);
+  }
+
+  static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
+                      void* o) {
+    const Plan plan = plan_or_throw(p, FLASH_FORWARD);
+    gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
+    const size_t eb = dtype_bytes(p.dtype);
+    Staging st(stream);
+    ForwardArgs a{};
+    a.q = st.on_device(q, eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim), false);
+    a.k = st.on_device(k, eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim), false);
+    a.v = st.on_device(v, eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v), false);
+    a.o = st.on_device(o, eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), true);
+    a.lse = st.on_device(p.lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, true);
+    const KernelProblem kp = to_kernel_problem(p);
+    gpu::Error e = gpu::kSuccess;
+#if FLASHATTN_HIP_MFMA
+    if (plan.path == Path::mfma) e = launch_mfma_forward(kp, p.dtype, a, stream);
+#endif
+    if (plan.path == Path::portable) e = launch_portable_forward(kp, p.dtype, a, stream);
+    check(e, "forward kernel launch");
+    st.finish();
+  }
+
+  static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
+                       const void* o, const void* dout, const float* lse, void* dq, void* dk,
+                       void* dv) {
+    const Plan plan = plan_or_throw(p, FLASH_BACKWARD);
+    gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
+    const size_t eb = dtype_bytes(p.dtype);
+    const size_t q_bytes = eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const size_t k_bytes = eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
+    const size_t v_bytes = eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+    const size_t o_bytes = eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
+    Staging st(stream);
+    BackwardArgs a{};
+    a.q = st.on_device(q, q_bytes, false);
+    a.k = st.on_device(k, k_bytes, false);
+    a.v = st.on_device(v, v_bytes, false);
+    a.o = st.on_device(o, o_bytes, false);
+    a.dout = st.on_device(dout, o_bytes, false);
+    a.lse = st.on_device(lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, false);
+    a.dq = st.on_device(dq, q_bytes, true);
+    a.dk = st.on_device(dk, k_bytes, true);
+    a.dv = st.on_device(dv, v_bytes, true);
+    const KernelProblem kp = to_kernel_problem(p);
+    gpu::Error e = gpu::kSuccess;
+#if FLASHATTN_HIP_MFMA
+    if (plan.path == Path::mfma) e = launch_mfma_backward(kp, p.dtype, a, stream);
+#endif
+    if (plan.path == Path::portable) e = launch_portable_backward(kp, p.dtype, a, stream);
+    check(e, "backward kernel launch");
+    st.finish();
+  }
+};
+
+}  // namespace
+}  // namespace flash::hip
+
+extern "C" __attribute__((visibility("default"))) const flash_backend_module*
+flash_backend_module_v1(void) {
+  return flash::detail::make_module<flash::hip::HipBackend>();
+}

@@ -1,0 +1,83 @@
+// What every hip kernel receives: the resolved problem as a plain struct (passed by
+// value), plus the mask and score arithmetic that all kernels share, so the portable
+// and MFMA paths cannot disagree on which keys a row sees or how a logit is formed.
+#pragma once
+
+#include <cstdint>
+
+#include "portability.h"
+
+namespace flash::hip {
+
+struct KernelProblem {
+  int64_t batch, seqlen_q, seqlen_kv, heads_q, heads_kv, head_dim, head_dim_v;
+  int64_t group;  // heads_q / heads_kv: q head h reads kv head h / group
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // [batch, seq, head]
+  int64_t window_left, window_right;                           // -1 = unbounded
+  int causal;
+  float scale;       // softmax scale
+  float softcap;     // 0 = off
+  float scale_log2;  // scale * log2(e), used when softcap is off
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Offset of element (b, s, h, 0) for a [batch, seq, head] stride triple (64-bit).
+FLASH_HOST_DEVICE int64_t row_offset(const int64_t* stride, int64_t b, int64_t s, int64_t h) {
+  return b * stride[0] + s * stride[1] + h * stride[2];
+}
+
+// Inclusive key range [lo, hi] that query row i sees (empty when lo > hi):
+// diag = i + seqlen_kv - seqlen_q; causal caps at diag, the window at
+// [diag - window_left, diag + window_right]. lo and hi never decrease with i, which
+// the tile loops use to bound a block of rows by its first and last row.
+struct KeyRange {
+  int64_t lo, hi;
+};
+FLASH_HOST_DEVICE KeyRange visible_keys(const KernelProblem& p, int64_t i) {
+  const int64_t diag = i + p.seqlen_kv - p.seqlen_q;
+  int64_t lo = 0, hi = p.seqlen_kv - 1;
+  if (p.causal && diag < hi) hi = diag;
+  if (p.window_right >= 0 && diag + p.window_right < hi) hi = diag + p.window_right;
+  if (p.window_left >= 0 && diag - p.window_left > lo) lo = diag - p.window_left;
+  return {lo, hi};
+}
+
+// Inclusive range of query rows that see at least one key of [j0, j1] (inverse of
+// visible_keys, from its monotonicity); empty when first > last.
+struct RowRange {
+  int64_t first, last;
+};
+FLASH_HOST_DEVICE RowRange rows_seeing(const KernelProblem& p, int64_t j0, int64_t j1) {
+  const int64_t shift = p.seqlen_kv - p.seqlen_q;  // diag = i + shift
+  int64_t first = 0, last = p.seqlen_q - 1;
+  // hi(i) = min(seqlen_kv - 1, diag + cap) when causal or window_right bound it, so
+  // hi(i) >= j0  <=>  i >= j0 - shift - cap (j0 <= seqlen_kv - 1 always).
+  if (p.causal || p.window_right >= 0) {
+    const int64_t cap = p.causal ? 0 : p.window_right;  // window_right >= 0 never lowers 0
+    if (j0 - shift - cap > first) first = j0 - shift - cap;
+  }
+  // lo(i) <= j1  <=>  i + shift - window_left <= j1.
+  if (p.window_left >= 0 && j1 - shift + p.window_left < last) last = j1 - shift + p.window_left;
+  return {first, last};
+}
+
+// Logit in log2 units: scale (and softcap) applied, multiplied by log2(e) so the
+// kernels use exp2. With softcap, t = c * tanh(scale * dot / c).
+FLASH_DEVICE float logit_log2(const KernelProblem& p, float dot) {
+  if (p.softcap > 0.f) return p.softcap * tanhf(dot * p.scale / p.softcap) * kLog2e;
+  return dot * p.scale_log2;
+}
+
+// d(logit)/d(scale * dot) given the logit in log2 units: 1 without softcap, else
+// 1 - tanh^2 = 1 - (t / c)^2.
+FLASH_DEVICE float softcap_slope(const KernelProblem& p, float logit2) {
+  if (p.softcap > 0.f) {
+    const float th = logit2 / (kLog2e * p.softcap);
+    return 1.f - th * th;
+  }
+  return 1.f;
+}
+
+}  // namespace flash::hip

@@ -1,0 +1,48 @@
+// Launchers of the hip backend's kernels; hip_backend.cpp calls these after choose().
+// Each returns the runtime's error code of the launch (kernels run asynchronously on
+// `stream`). dtype is FLASH_F32 / FLASH_F16 / FLASH_BF16; pointers are device memory.
+#pragma once
+
+#include "dispatch/module_abi.h"
+#include "kernel_problem.h"
+#include "portability.h"
+
+namespace flash::hip {
+
+struct ForwardArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;  // may be null
+};
+
+struct BackwardArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* dout;
+  const float* lse;
+  void* dq;
+  void* dk;
+  void* dv;
+};
+
+// Portable path (plain FMA, any wave size): every dtype, head dims up to
+// kPortableMaxHeadDim (portable_tiles.h).
+gpu::Error launch_portable_forward(const KernelProblem& p, int dtype, const ForwardArgs& a,
+                                   gpu::Stream stream);
+gpu::Error launch_portable_backward(const KernelProblem& p, int dtype, const BackwardArgs& a,
+                                    gpu::Stream stream);
+
+#if FLASHATTN_HIP_MFMA
+// CDNA path (MFMA 32x32x8, wave64): f16 / bf16, head dims up to kMfmaMaxHeadDim
+// (mfma_tiles.h). Compiled only by hipcc for gfx90a / gfx908.
+gpu::Error launch_mfma_forward(const KernelProblem& p, int dtype, const ForwardArgs& a,
+                               gpu::Stream stream);
+gpu::Error launch_mfma_backward(const KernelProblem& p, int dtype, const BackwardArgs& a,
+                                gpu::Stream stream);
+#endif
+
+}  // namespace flash::hip

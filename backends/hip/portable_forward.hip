@@ -1,0 +1,139 @@
+// Portable forward kernel of the hip backend: FlashAttention-2 forward with plain FMAs.
+//
+// Algorithm: one block = PortableTile::kRowsPerBlock query rows of one (batch, head);
+// kGroup lanes own a row (q and the o accumulator in registers, split over the head
+// dim). K/V tiles of kTileRows keys are staged in shared memory as f32; per tile each
+// row computes its scores (shuffle-summed dot products), a tile max, rescales o and
+// its running sum by exp2(m_old - m_new) and adds p·V (online softmax, log2 domain).
+// Tiles outside the block's visible key range (causal, window) are skipped.
+// Tolerance class: f32 accumulation everywhere, inputs/outputs in the storage dtype.
+// Speed: none measured on AMD hardware (none reachable); on NVIDIA this runs as the
+//   hip-on-cuda build, see bench/RESULTS.md for what was measured there.
+// Run: FLASH_BACKEND=hip on a machine with an AMD GPU, or the hip-on-cuda build on
+//   NVIDIA (backends/hip/README.md).
+#include "kernels.h"
+#include "portable_tiles.h"
+
+namespace flash::hip {
+namespace {
+
+template <class T, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads)
+    portable_forward_kernel(KernelProblem p, const T* __restrict__ q, const T* __restrict__ k,
+                            const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+  constexpr int G = Tile::kGroup, N = Tile::kPerLane, D = Tile::kDim, KV = Tile::kTileRows;
+  __shared__ float k_tile[KV][D];
+  __shared__ float v_tile[KV][D];
+
+  const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
+  const int64_t block = blockIdx.x;
+  const int64_t qb = block % q_blocks;
+  const int64_t h = (block / q_blocks) % p.heads_q;
+  const int64_t b = block / (q_blocks * p.heads_q);
+  const int64_t hk = h / p.group;
+
+  const int lane = threadIdx.x % G;
+  const int64_t row0 = qb * Tile::kRowsPerBlock;
+  const int64_t i = row0 + threadIdx.x / G;
+  const bool row_ok = i < p.seqlen_q;
+  const int64_t last_row = row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q
+                               ? row0 + Tile::kRowsPerBlock - 1
+                               : p.seqlen_q - 1;
+
+  float q_reg[N], o_acc[N];
+  const T* q_row = q + row_offset(p.q_stride, b, row_ok ? i : 0, h);
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int d = lane + G * n;
+    q_reg[n] = row_ok && d < p.head_dim ? to_float(q_row[d]) : 0.f;
+    o_acc[n] = 0.f;
+  }
+  // Rows past seqlen_q see nothing but still run every shuffle with their group.
+  KeyRange mine = row_ok ? visible_keys(p, i) : KeyRange{1, 0};
+  const int64_t kv_begin = visible_keys(p, row0).lo;
+  const int64_t kv_end = visible_keys(p, last_row).hi;  // inclusive
+
+  float m = -INFINITY, l = 0.f;  // running max (log2 units) and partial-free row sum
+  for (int64_t t0 = kv_begin; t0 <= kv_end; t0 += KV) {
+    __syncthreads();  // previous tile fully consumed
+    for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
+      const int j = idx / D, d = idx % D;
+      const int64_t key = t0 + j;
+      const bool key_ok = key < p.seqlen_kv;
+      k_tile[j][d] =
+          key_ok && d < p.head_dim ? to_float(k[row_offset(p.k_stride, b, key, hk) + d]) : 0.f;
+      v_tile[j][d] =
+          key_ok && d < p.head_dim_v ? to_float(v[row_offset(p.v_stride, b, key, hk) + d]) : 0.f;
+    }
+    __syncthreads();
+
+    float s[KV];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < KV; ++j) {
+      float dot = 0.f;
+#pragma unroll
+      for (int n = 0; n < N; ++n) dot += q_reg[n] * k_tile[j][lane + G * n];
+      dot = gpu::group_sum<G>(dot);
+      const int64_t key = t0 + j;
+      s[j] = key >= mine.lo && key <= mine.hi ? logit_log2(p, dot) : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+    const float m_new = fmaxf(m, tile_max);
+    if (m_new == -INFINITY) continue;  // nothing visible yet; no shuffles below
+    const float alpha = gpu::fast_exp2(m - m_new);  // m = -inf gives 0
+    l *= alpha;
+#pragma unroll
+    for (int n = 0; n < N; ++n) o_acc[n] *= alpha;
+#pragma unroll
+    for (int j = 0; j < KV; ++j) {
+      const float pj = gpu::fast_exp2(s[j] - m_new);
+      l += pj;
+#pragma unroll
+      for (int n = 0; n < N; ++n) o_acc[n] += pj * v_tile[j][lane + G * n];
+    }
+    m = m_new;
+  }
+
+  if (!row_ok) return;
+  const float inv_l = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: o = 0
+  T* o_row = o + row_offset(p.o_stride, b, i, h);
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int d = lane + G * n;
+    if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[n] * inv_l);
+  }
+  if (lse != nullptr && lane == 0)
+    lse[(b * p.heads_q + h) * p.seqlen_q + i] = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+}
+
+template <class T>
+gpu::Error launch(const KernelProblem& p, const ForwardArgs& a, gpu::Stream stream) {
+  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  with_portable_tile(dim, [&](auto tile) {
+    using Tile = decltype(tile);
+    const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
+    const int64_t blocks = q_blocks * p.heads_q * p.batch;
+    portable_forward_kernel<T, Tile><<<dim3(static_cast<unsigned>(blocks)),
+                                       dim3(Tile::kThreads), 0, stream>>>(
+        p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+        static_cast<T*>(a.o), a.lse);
+  });
+  return gpu::get_last_error();
+}
+
+}  // namespace
+
+gpu::Error launch_portable_forward(const KernelProblem& p, int dtype, const ForwardArgs& a,
+                                   gpu::Stream stream) {
+  switch (dtype) {
+    case FLASH_F16:
+      return launch<Half>(p, a, stream);
+    case FLASH_BF16:
+      return launch<BFloat16>(p, a, stream);
+    default:
+      return launch<float>(p, a, stream);
+  }
+}
+
+}  // namespace flash::hip

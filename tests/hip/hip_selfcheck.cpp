@@ -1,0 +1,394 @@
+// Standalone check of libflashattn_hip.so through the module ABI (no core library):
+// forward and backward of a set of odd-sized problems (GQA, Sq != Sk both ways, causal,
+// sliding window, softcap, Dv != D, strided views, seqlen_kv = 0, rows that see no
+// key) in f32/f16/bf16 against a double-precision reference computed here from the
+// same dtype-rounded inputs. Outputs are poisoned with NaN first; the backward is run
+// twice and must be bitwise identical (deterministic).
+// Built with the module's own compiler (hipcc, or nvcc for hip-on-cuda) because it
+// allocates device memory through backends/hip/portability.h.
+// Usage: hip_selfcheck <path/to/libflashattn_hip.so>   (exit 77 = no device: skipped)
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dispatch/module_abi.h"
+#include "portability.h"
+
+namespace {
+
+namespace gpu = flash::hip::gpu;
+
+// ---- host 16-bit conversions (round to nearest even) ---------------------------
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t to_bf16(float f) {
+  const uint32_t u = bits_of(f);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+float from_f16(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const float s = (h & 0x8000) ? -1.f : 1.f;
+  if (e == 0) return s * std::ldexp(static_cast<float>(m), -24);
+  if (e == 31) return m ? NAN : s * INFINITY;
+  return s * std::ldexp(static_cast<float>(m | 1024), e - 25);
+}
+uint16_t to_f16(float f) {  // inputs here are small and finite
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  f = std::fabs(f);
+  if (f < std::ldexp(1.f, -24) / 2) return sign;
+  int e;
+  std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1)
+  int exp = e - 1 + 15;
+  if (exp < 1) exp = 1;  // subnormal range: fixed quantum 2^-24
+  const float quantum = std::ldexp(1.f, exp - 15 - 10);
+  const float q = std::nearbyint(f / quantum);  // ties to even under the default mode
+  uint32_t mant = static_cast<uint32_t>(q);
+  if (mant >= 2048) mant >>= 1, ++exp;
+  if (mant < 1024) return static_cast<uint16_t>(sign | mant);  // subnormal
+  return static_cast<uint16_t>(sign | (exp << 10) | (mant - 1024));
+}
+
+struct Case {
+  int64_t batch, sq, skv, hq, hkv, d, dv;
+  int causal;
+  int64_t wl, wr;
+  float softcap;
+  int64_t head_pad;  // extra elements between heads (strided view)
+  float input_scale;
+};
+
+const Case kCases[] = {
+    {1, 1, 1, 1, 1, 64, 64, 0, -1, -1, 0.f, 0, 1.f},
+    {2, 17, 113, 4, 2, 64, 64, 0, -1, -1, 0.f, 0, 1.f},
+    {1, 113, 17, 2, 1, 128, 128, 1, -1, -1, 0.f, 0, 1.f},
+    {1, 257, 257, 2, 2, 96, 80, 1, 32, -1, 0.f, 5, 1.f},
+    {1, 100, 90, 3, 1, 40, 40, 0, 7, 3, 0.f, 0, 1.f},
+    {1, 40, 10, 2, 2, 32, 32, 1, -1, -1, 0.f, 0, 1.f},  // rows 0..29 see nothing
+    {1, 33, 0, 2, 1, 64, 64, 0, -1, -1, 0.f, 0, 1.f},   // no keys at all
+    {1, 65, 129, 2, 2, 128, 128, 0, -1, -1, 30.f, 0, 4.f},  // softcap, large logits
+    {1, 31, 47, 2, 1, 256, 256, 1, -1, -1, 0.f, 3, 1.f},
+    {1, 19, 23, 1, 1, 512, 512, 0, -1, -1, 0.f, 0, 1.f},
+    {1, 70, 70, 2, 2, 16, 48, 0, -1, -1, 0.f, 0, 3.f},
+};
+
+struct Layout {  // [batch, seq, heads, dim] with padded heads
+  int64_t s[3];
+  size_t elems;
+};
+Layout layout(int64_t batch, int64_t seq, int64_t heads, int64_t dim, int64_t pad) {
+  Layout l;
+  l.s[2] = dim + pad;
+  l.s[1] = heads * l.s[2];
+  l.s[0] = seq * l.s[1];
+  l.elems = static_cast<size_t>(batch * l.s[0]);
+  return l;
+}
+
+// A tensor held as rounded floats on the host and as dtype bytes on the device.
+struct Tensor {
+  std::vector<float> host;
+  void* dev = nullptr;
+  size_t bytes = 0;
+};
+
+int g_dtype = FLASH_F32;
+size_t elem_bytes() { return g_dtype == FLASH_F32 ? 4 : 2; }
+float round_dtype(float f) {
+  if (g_dtype == FLASH_F16) return from_f16(to_f16(f));
+  if (g_dtype == FLASH_BF16) return from_bf16(to_bf16(f));
+  return f;
+}
+
+bool ok(gpu::Error e, const char* what) {
+  if (e == gpu::kSuccess) return true;
+  std::fprintf(stderr, "%s: %s\n", what, gpu::error_string(e));
+  return false;
+}
+
+void upload(Tensor& t) {
+  std::vector<unsigned char> raw(t.host.size() * elem_bytes());
+  for (size_t i = 0; i < t.host.size(); ++i) {
+    if (g_dtype == FLASH_F32) {
+      std::memcpy(&raw[4 * i], &t.host[i], 4);
+    } else {
+      const uint16_t h = g_dtype == FLASH_F16 ? to_f16(t.host[i]) : to_bf16(t.host[i]);
+      std::memcpy(&raw[2 * i], &h, 2);
+    }
+  }
+  t.bytes = raw.size() ? raw.size() : 1;
+  ok(gpu::malloc_device(&t.dev, t.bytes), "malloc");
+  if (!raw.empty()) ok(gpu::copy_to_device(t.dev, raw.data(), raw.size(), nullptr), "copy");
+}
+
+std::vector<float> download(const Tensor& t, size_t n) {
+  std::vector<unsigned char> raw(n * elem_bytes());
+  if (n) ok(gpu::copy_to_host(raw.data(), t.dev, raw.size(), nullptr), "copy back");
+  ok(gpu::synchronize(nullptr), "sync");
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    if (g_dtype == FLASH_F32) {
+      std::memcpy(&out[i], &raw[4 * i], 4);
+      continue;
+    }
+    std::memcpy(&h, &raw[2 * i], 2);
+    out[i] = g_dtype == FLASH_F16 ? from_f16(h) : from_bf16(h);
+  }
+  return out;
+}
+
+Tensor output(size_t n) {  // poisoned with NaN (all-ones bytes)
+  Tensor t;
+  t.host.assign(n, NAN);
+  std::vector<unsigned char> raw(n * elem_bytes(), 0xff);
+  t.bytes = raw.size() ? raw.size() : 1;
+  ok(gpu::malloc_device(&t.dev, t.bytes), "malloc");
+  if (!raw.empty()) ok(gpu::copy_to_device(t.dev, raw.data(), raw.size(), nullptr), "copy");
+  return t;
+}
+
+// ---- reference (double) and comparison -----------------------------------------
+struct Tol {
+  double fwd, bwd, lse;
+};
+Tol tolerance() {  // relative to the largest |reference| value of each tensor
+  if (g_dtype == FLASH_F16) return {5e-3, 1.5e-2, 5e-3};
+  if (g_dtype == FLASH_BF16) return {3e-2, 8e-2, 3e-2};
+  return {2e-5, 2e-4, 2e-5};
+}
+
+// Max |got - ref| / max |ref| over the elements at the given offsets; NaN fails.
+bool compare(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+             const std::vector<size_t>& at, double tol) {
+  double max_ref = 1e-30, max_err = 0;
+  for (size_t idx : at) {
+    if (std::isnan(got[idx])) {
+      std::printf("    %s: NaN at %zu\n", what, idx);
+      return false;
+    }
+    max_ref = std::fmax(max_ref, std::fabs(ref[idx]));
+    max_err = std::fmax(max_err, std::fabs(got[idx] - ref[idx]));
+  }
+  const double rel = max_err / max_ref;
+  const bool pass = rel <= tol;
+  if (!pass) std::printf("    %s: error %.3g of max %.3g (relative %.3g > %.3g)\n", what,
+                         max_err, max_ref, rel, tol);
+  return pass;
+}
+
+// Offsets of the logical elements of a [batch, seq, heads, dim] view.
+std::vector<size_t> offsets(const Layout& l, int64_t b, int64_t s, int64_t h, int64_t d) {
+  std::vector<size_t> out;
+  for (int64_t x = 0; x < b; ++x)
+    for (int64_t y = 0; y < s; ++y)
+      for (int64_t z = 0; z < h; ++z)
+        for (int64_t w = 0; w < d; ++w) out.push_back(x * l.s[0] + y * l.s[1] + z * l.s[2] + w);
+  return out;
+}
+
+bool run_case(const flash_backend_module* module, const Case& c) {
+  const char* dtype_name[] = {"f32", "f16", "bf16"};
+  char label[256];
+  std::snprintf(label, sizeof label,
+                "%s b%lld sq%lld skv%lld h%lld/%lld d%lld/%lld causal%d win(%lld,%lld) cap%g",
+                dtype_name[g_dtype], (long long)c.batch, (long long)c.sq, (long long)c.skv,
+                (long long)c.hq, (long long)c.hkv, (long long)c.d, (long long)c.dv, c.causal,
+                (long long)c.wl, (long long)c.wr, c.softcap);
+  std::mt19937 rng(static_cast<unsigned>(c.sq * 131 + c.skv * 7 + c.d + g_dtype));
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const Layout lq = layout(c.batch, c.sq, c.hq, c.d, c.head_pad);
+  const Layout lk = layout(c.batch, c.skv, c.hkv, c.d, c.head_pad);
+  const Layout lv = layout(c.batch, c.skv, c.hkv, c.dv, c.head_pad);
+  const Layout lo = layout(c.batch, c.sq, c.hq, c.dv, c.head_pad);
+  auto random = [&](const Layout& l, float scale) {
+    Tensor t;
+    t.host.resize(l.elems);
+    for (float& x : t.host) x = round_dtype(uni(rng) * scale);
+    upload(t);
+    return t;
+  };
+  Tensor q = random(lq, c.input_scale), k = random(lk, c.input_scale), v = random(lv, 1.f);
+  Tensor dout = random(lo, 1.f);
+
+  flash_problem p{};
+  p.batch = c.batch, p.seqlen_q = c.sq, p.seqlen_kv = c.skv, p.heads_q = c.hq;
+  p.heads_kv = c.hkv, p.head_dim = c.d, p.head_dim_v = c.dv, p.dtype = g_dtype;
+  p.causal = c.causal, p.scale = static_cast<float>(1.0 / std::sqrt(double(c.d)));
+  p.softcap = c.softcap, p.window_left = c.wl, p.window_right = c.wr;
+  for (int a = 0; a < 3; ++a)
+    p.q_stride[a] = lq.s[a], p.k_stride[a] = lk.s[a], p.v_stride[a] = lv.s[a],
+    p.o_stride[a] = lo.s[a];
+  const size_t n_lse = static_cast<size_t>(c.batch * c.hq * c.sq);
+  void* lse_dev = nullptr;
+  ok(gpu::malloc_device(&lse_dev, n_lse * 4), "malloc lse");
+  std::vector<float> nan_lse(n_lse, NAN);
+  ok(gpu::copy_to_device(lse_dev, nan_lse.data(), n_lse * 4, nullptr), "copy");
+  p.lse = static_cast<float*>(lse_dev);
+
+  flash_message msg{};
+  if (module->choose(&p, FLASH_FORWARD, &msg) != FLASH_OK) {
+    std::printf("FAIL %s: choose declined: %s\n", label, msg.text);
+    return false;
+  }
+  const std::string kernel = msg.text;
+
+  // Reference forward and backward in double.
+  const int64_t group = c.hq / c.hkv;
+  std::vector<double> o_ref(lo.elems, 0), lse_ref(n_lse, -INFINITY), dq_ref(lq.elems, 0),
+      dk_ref(lk.elems, 0), dv_ref(lv.elems, 0);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.hq; ++h)
+      for (int64_t i = 0; i < c.sq; ++i) {
+        const int64_t hk = h / group, diag = i + c.skv - c.sq;
+        const float* qi = &q.host[b * lq.s[0] + i * lq.s[1] + h * lq.s[2]];
+        std::vector<double> s(c.skv, -INFINITY), t(c.skv, 0);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < c.skv; ++j) {
+          if ((c.causal && j > diag) || (c.wl >= 0 && j < diag - c.wl) ||
+              (c.wr >= 0 && j > diag + c.wr))
+            continue;
+          const float* kj = &k.host[b * lk.s[0] + j * lk.s[1] + hk * lk.s[2]];
+          double dot = 0;
+          for (int64_t d = 0; d < c.d; ++d) dot += double(qi[d]) * kj[d];
+          double x = dot * p.scale;
+          if (c.softcap > 0) t[j] = std::tanh(x / c.softcap), x = c.softcap * t[j];
+          s[j] = x;
+          m = std::fmax(m, x);
+        }
+        if (m == -INFINITY) continue;
+        double l = 0;
+        for (int64_t j = 0; j < c.skv; ++j) l += std::exp(s[j] - m);
+        lse_ref[(b * c.hq + h) * c.sq + i] = m + std::log(l);
+        double* oi = &o_ref[b * lo.s[0] + i * lo.s[1] + h * lo.s[2]];
+        const float* doi = &dout.host[b * lo.s[0] + i * lo.s[1] + h * lo.s[2]];
+        std::vector<double> pr(c.skv), dp(c.skv, 0);
+        double delta = 0;
+        for (int64_t j = 0; j < c.skv; ++j) {
+          pr[j] = std::exp(s[j] - m) / l;
+          const float* vj = &v.host[b * lv.s[0] + j * lv.s[1] + hk * lv.s[2]];
+          for (int64_t d = 0; d < c.dv; ++d) oi[d] += pr[j] * vj[d], dp[j] += double(doi[d]) * vj[d];
+          delta += pr[j] * dp[j];
+        }
+        for (int64_t j = 0; j < c.skv; ++j) {
+          if (pr[j] == 0) continue;
+          double ds = pr[j] * (dp[j] - delta) * p.scale;
+          if (c.softcap > 0) ds *= 1 - t[j] * t[j];
+          const float* kj = &k.host[b * lk.s[0] + j * lk.s[1] + hk * lk.s[2]];
+          double* dkj = &dk_ref[b * lk.s[0] + j * lk.s[1] + hk * lk.s[2]];
+          double* dvj = &dv_ref[b * lv.s[0] + j * lv.s[1] + hk * lv.s[2]];
+          double* dqi = &dq_ref[b * lq.s[0] + i * lq.s[1] + h * lq.s[2]];
+          for (int64_t d = 0; d < c.d; ++d) dqi[d] += ds * kj[d], dkj[d] += ds * qi[d];
+          for (int64_t d = 0; d < c.dv; ++d) dvj[d] += pr[j] * doi[d];
+        }
+      }
+
+  const Tol tol = tolerance();
+  bool pass = true;
+  // Forward.
+  Tensor o = output(lo.elems);
+  if (module->forward(&p, q.dev, k.dev, v.dev, o.dev, &msg) != FLASH_OK) {
+    std::printf("FAIL %s: forward: %s\n", label, msg.text);
+    return false;
+  }
+  const auto o_at = offsets(lo, c.batch, c.sq, c.hq, c.dv);
+  pass &= compare("o", download(o, lo.elems), o_ref, o_at, tol.fwd);
+  {
+    std::vector<float> lse(n_lse);
+    ok(gpu::copy_to_host(lse.data(), lse_dev, n_lse * 4, nullptr), "copy lse");
+    ok(gpu::synchronize(nullptr), "sync");
+    double err = 0;
+    for (size_t x = 0; x < n_lse; ++x) {
+      if (std::isinf(lse_ref[x]) || std::isinf(lse[x])) {
+        if (lse[x] != lse_ref[x]) err = INFINITY;
+        continue;
+      }
+      err = std::fmax(err, std::isnan(lse[x]) ? INFINITY : std::fabs(lse[x] - lse_ref[x]));
+    }
+    if (err > tol.lse) std::printf("    lse: max error %.3g > %.3g\n", err, tol.lse), pass = false;
+  }
+
+  // Backward from the reference forward (o rounded to dtype), run twice.
+  Tensor o_in;
+  o_in.host.resize(lo.elems);
+  for (size_t x = 0; x < lo.elems; ++x) o_in.host[x] = round_dtype(float(o_ref[x]));
+  upload(o_in);
+  std::vector<float> lse_in(n_lse);
+  for (size_t x = 0; x < n_lse; ++x) lse_in[x] = static_cast<float>(lse_ref[x]);
+  ok(gpu::copy_to_device(lse_dev, lse_in.data(), n_lse * 4, nullptr), "copy lse");
+  std::vector<float> first[3];
+  for (int run = 0; run < 2; ++run) {
+    Tensor dq = output(lq.elems), dk = output(lk.elems), dv = output(lv.elems);
+    if (module->backward(&p, q.dev, k.dev, v.dev, o_in.dev, dout.dev,
+                         static_cast<const float*>(lse_dev), dq.dev, dk.dev, dv.dev,
+                         &msg) != FLASH_OK) {
+      std::printf("FAIL %s: backward: %s\n", label, msg.text);
+      return false;
+    }
+    std::vector<float> got[3] = {download(dq, lq.elems), download(dk, lk.elems),
+                                 download(dv, lv.elems)};
+    if (run == 0) {
+      pass &= compare("dq", got[0], dq_ref, offsets(lq, c.batch, c.sq, c.hq, c.d), tol.bwd);
+      pass &= compare("dk", got[1], dk_ref, offsets(lk, c.batch, c.skv, c.hkv, c.d), tol.bwd);
+      pass &= compare("dv", got[2], dv_ref, offsets(lv, c.batch, c.skv, c.hkv, c.dv), tol.bwd);
+      for (int x = 0; x < 3; ++x) first[x] = got[x];
+    } else {
+      for (int x = 0; x < 3; ++x)
+        if (std::memcmp(first[x].data(), got[x].data(), got[x].size() * 4) != 0)
+          std::printf("    backward not deterministic (%s)\n", x == 0 ? "dq" : x == 1 ? "dk" : "dv"),
+              pass = false;
+    }
+    for (Tensor* t : {&dq, &dk, &dv}) (void)gpu::free_device(t->dev);
+  }
+  for (Tensor* t : {&q, &k, &v, &dout, &o, &o_in}) (void)gpu::free_device(t->dev);
+  (void)gpu::free_device(lse_dev);
+  std::printf("%s %s [%s]\n", pass ? "ok  " : "FAIL", label, kernel.c_str());
+  return pass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s path/to/libflashattn_hip.so\n", argv[0]);
+    return 2;
+  }
+  void* handle = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    std::fprintf(stderr, "dlopen: %s\n", dlerror());
+    return 1;
+  }
+  auto entry = reinterpret_cast<flash_backend_module_entry>(
+      dlsym(handle, FLASH_MODULE_ENTRY_SYMBOL));
+  if (!entry) {
+    std::fprintf(stderr, "no %s in %s\n", FLASH_MODULE_ENTRY_SYMBOL, argv[1]);
+    return 1;
+  }
+  const flash_backend_module* module = entry();
+  flash_message reason{}, detail{};
+  if (!module->probe(&reason, &detail)) {
+    std::printf("SKIP: hip backend unavailable: %s\n", reason.text);
+    return 77;
+  }
+  std::printf("hip backend: %s\n", detail.text);
+  int failures = 0;
+  for (int dtype : {FLASH_F32, FLASH_F16, FLASH_BF16}) {
+    g_dtype = dtype;
+    for (const Case& c : kCases) failures += run_case(module, c) ? 0 : 1;
+  }
+  std::printf("%s: %d failing case(s)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}
