@@ -59,6 +59,14 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+// 2^x on the special-function unit (ex2.approx.ftz: 2 ulp, -inf -> +0). Softmax
+// arguments are <= 0, so flushing subnormal results to zero loses nothing visible.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two floats -> one register holding two T (low half = first).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -131,13 +139,30 @@ __device__ __forceinline__ void load_tile_async(uint32_t smem_base, const T* g, 
                                                 int row0, int nrows, int ncols) {
   constexpr int kTotal = kRows * kChunks;
   static_assert(kTotal % kThreads == 0, "tile chunks must split evenly over threads");
+  if constexpr (kThreads % kChunks == 0) {
+    // Each thread keeps one column chunk and walks rows kRowsPerPass apart: one running
+    // pointer instead of a 64-bit address per copy (those would live in registers).
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    const bool col_ok = c * 8 < ncols;
+    const T* src = g + (int64_t)(row0 + r) * stride + c * 8;
+    const int64_t pass_stride = (int64_t)kRowsPerPass * stride;
 #pragma unroll
-  for (int it = 0; it < kTotal / kThreads; ++it) {
-    const int idx = it * kThreads + threadIdx.x;
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool valid = (row0 + r < nrows) && (c * 8 < ncols);
-    const T* src = valid ? g + (int64_t)(row0 + r) * stride + c * 8 : g;
-    cp_async_16(tile_addr<kChunks>(smem_base, r, c), src, valid);
+    for (int it = 0; it < kRows / kRowsPerPass; ++it) {
+      const int row = r + it * kRowsPerPass;
+      const bool valid = col_ok && row0 + row < nrows;
+      cp_async_16(tile_addr<kChunks>(smem_base, row, c), valid ? src : g, valid);
+      src += pass_stride;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kTotal / kThreads; ++it) {
+      const int idx = it * kThreads + threadIdx.x;
+      const int r = idx / kChunks, c = idx % kChunks;
+      const bool valid = (row0 + r < nrows) && (c * 8 < ncols);
+      const T* src = valid ? g + (int64_t)(row0 + r) * stride + c * 8 : g;
+      cp_async_16(tile_addr<kChunks>(smem_base, r, c), src, valid);
+    }
   }
 }
 

@@ -143,16 +143,24 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
           for (int e = 0; e < 4; ++e) s[mt][nt][e] = p.softcap * tanhf(s[mt][nt][e] * cap_in);
     }
     if (!tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1)) {
+      // Per row, the visible keys relative to this thread's first column: then each
+      // element is two compares against compile-time column offsets.
+      const int key_base = k0 + tig * 2;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int h = 0; h < 2; ++h) {
+          const KeyRange r = visible_keys(p.mask, q0 + warp_row0 + mt * 16 + g + h * 8,
+                                          q0 + warp_row0 + mt * 16 + g + h * 8);
+          const int lo = r.begin - key_base, hi = r.end - key_base;  // visible: [lo, hi)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = q0 + warp_row0 + mt * 16 + g + (e >= 2 ? 8 : 0);
-            const int key = k0 + nt * 8 + tig * 2 + (e & 1);
-            if (!key_visible(p.mask, row, key)) s[mt][nt][e] = -INFINITY;
-          }
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = nt * 8 + e;
+              if (col < lo || col >= hi) s[mt][nt][2 * h + e] = -INFINITY;
+            }
+        }
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -166,13 +174,13 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         // A row with no visible key so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
         const float base = mx == -INFINITY ? 0.f : mx * mult;
-        const float alpha = exp2f(row_max[mt][h] * mult - base);
+        const float alpha = fast_exp2(row_max[mt][h] * mult - base);
         row_max[mt][h] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const float p0 = exp2f(fmaf(s[mt][nt][2 * h], mult, -base));
-          const float p1 = exp2f(fmaf(s[mt][nt][2 * h + 1], mult, -base));
+          const float p0 = fast_exp2(fmaf(s[mt][nt][2 * h], mult, -base));
+          const float p1 = fast_exp2(fmaf(s[mt][nt][2 * h + 1], mult, -base));
           s[mt][nt][2 * h] = p0;
           s[mt][nt][2 * h + 1] = p1;
           sum += p0 + p1;
@@ -186,6 +194,19 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
       }
     }
 
+    // P in the input dtype, already laid out as the A operand of P·V: the accumulators
+    // of S tiles 2kk and 2kk+1 (columns 16kk..16kk+15) form A fragment kk.
+    uint32_t p_frag[MT][BK / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        p_frag[mt][kk][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        p_frag[mt][kk][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        p_frag[mt][kk][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        p_frag[mt][kk][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+
     cp_async_wait<0>();
     __syncthreads();  // V(tile) visible; every warp is done reading K(tile)
     if (tile + 1 < tile_end) {
@@ -193,25 +214,17 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1)
     }
     cp_async_commit();
 
-    // ---- O += P·V: the S accumulator layout of two n8 tiles is the A layout of k16 --
+    // ---- O += P·V ---------------------------------------------------------------------
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
 #pragma unroll
       for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, v_addr(kk * 16, nt2 * 2));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(acc_o[mt][2 * nt2], a[mt], b[0], b[1]);
-          mma_16816<T>(acc_o[mt][2 * nt2 + 1], a[mt], b[2], b[3]);
+          mma_16816<T>(acc_o[mt][2 * nt2], p_frag[mt][kk], b[0], b[1]);
+          mma_16816<T>(acc_o[mt][2 * nt2 + 1], p_frag[mt][kk], b[2], b[3]);
         }
       }
     }

@@ -16,13 +16,37 @@ struct FwdMmaConfig;
     static constexpr const char* kName = "mma_fwd_d" #D "_q" #BQ "_kv" #BKV "_w" #W; \
   };
 // Larger D trades query rows per warp (registers for O) against warps per block.
-FLASH_FWD_CONFIG(32, 128, 128, 4)
-FLASH_FWD_CONFIG(64, 128, 128, 4)
-FLASH_FWD_CONFIG(96, 128, 64, 4)
-FLASH_FWD_CONFIG(128, 128, 64, 4)
-FLASH_FWD_CONFIG(160, 128, 64, 8)
-FLASH_FWD_CONFIG(192, 128, 64, 8)
-FLASH_FWD_CONFIG(256, 128, 64, 8)
+// (Tuning builds may override one, e.g. -DFLASH_FWD_TUNE_128=128,128,8.)
+#ifndef FLASH_FWD_TUNE_32
+#define FLASH_FWD_TUNE_32 128, 128, 4
+#endif
+#ifndef FLASH_FWD_TUNE_64
+#define FLASH_FWD_TUNE_64 128, 64, 4
+#endif
+#ifndef FLASH_FWD_TUNE_96
+#define FLASH_FWD_TUNE_96 128, 64, 4
+#endif
+#ifndef FLASH_FWD_TUNE_128
+#define FLASH_FWD_TUNE_128 128, 64, 4
+#endif
+#ifndef FLASH_FWD_TUNE_160
+#define FLASH_FWD_TUNE_160 128, 64, 8
+#endif
+#ifndef FLASH_FWD_TUNE_192
+#define FLASH_FWD_TUNE_192 128, 64, 8
+#endif
+#ifndef FLASH_FWD_TUNE_256
+#define FLASH_FWD_TUNE_256 128, 64, 8
+#endif
+#define FLASH_FWD_CONFIG_X(D, ...) FLASH_FWD_CONFIG(D, __VA_ARGS__)
+FLASH_FWD_CONFIG_X(32, FLASH_FWD_TUNE_32)
+FLASH_FWD_CONFIG_X(64, FLASH_FWD_TUNE_64)
+FLASH_FWD_CONFIG_X(96, FLASH_FWD_TUNE_96)
+FLASH_FWD_CONFIG_X(128, FLASH_FWD_TUNE_128)
+FLASH_FWD_CONFIG_X(160, FLASH_FWD_TUNE_160)
+FLASH_FWD_CONFIG_X(192, FLASH_FWD_TUNE_192)
+FLASH_FWD_CONFIG_X(256, FLASH_FWD_TUNE_256)
+#undef FLASH_FWD_CONFIG_X
 #undef FLASH_FWD_CONFIG
 
 template <class C>

@@ -1,0 +1,128 @@
+// Tile shapes of the backward kernels, one named config per head dim. The launchers,
+// choose() and FLASH_LOG all read these, so what is logged is what runs.
+//
+// The backward is three launches (see bwd_launch.cuh):
+//  1. bwd_preprocess: Δ = rowsum(dO∘O) and the log-sum-exp rescaled for exp2, per row;
+//  2. bwd_kv (dK, dV): one block per (key tile, kv head, batch); each warp owns 16 key
+//     rows, so its slices of dK and dV stay in registers for the whole query loop;
+//  3. bwd_q (dQ): one block per (query tile, head, batch); each warp owns 16 query
+//     rows, dQ stays in f32 registers, written once. No atomics: bitwise deterministic.
+#pragma once
+
+namespace flash::cuda {
+
+// dK/dV kernel (f16/bf16): kBlockKV = 16 * kWarps key rows per block; the block walks
+// query tiles of kBlockQ rows (two shared-memory stages, the next loading while this
+// one computes).
+template <int kDim>
+struct BwdKvConfig;
+// dQ kernel (f16/bf16): kBlockQ = 16 * kWarps query rows; key tiles of kBlockKV.
+template <int kDim>
+struct BwdQConfig;
+
+#define FLASH_BWD_KV_CONFIG(D, W, BQ)                                                  \
+  template <>                                                                          \
+  struct BwdKvConfig<D> {                                                              \
+    static constexpr int kDim = D, kWarps = W, kBlockKV = 16 * W, kBlockQ = BQ;        \
+    static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_q" #BQ;           \
+  };
+#define FLASH_BWD_Q_CONFIG(D, W, BKV)                                                  \
+  template <>                                                                          \
+  struct BwdQConfig<D> {                                                               \
+    static constexpr int kDim = D, kWarps = W, kBlockQ = 16 * W, kBlockKV = BKV;       \
+    static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_kv" #BKV;          \
+  };
+// Tuning builds may override one, e.g. -DFLASH_BWD_KV_TUNE_128=8,64.
+#ifndef FLASH_BWD_KV_TUNE_32
+#define FLASH_BWD_KV_TUNE_32 8, 64
+#endif
+#ifndef FLASH_BWD_KV_TUNE_64
+#define FLASH_BWD_KV_TUNE_64 8, 64
+#endif
+#ifndef FLASH_BWD_KV_TUNE_96
+#define FLASH_BWD_KV_TUNE_96 8, 64
+#endif
+#ifndef FLASH_BWD_KV_TUNE_128
+#define FLASH_BWD_KV_TUNE_128 8, 64
+#endif
+#ifndef FLASH_BWD_Q_TUNE_32
+#define FLASH_BWD_Q_TUNE_32 4, 64
+#endif
+#ifndef FLASH_BWD_Q_TUNE_64
+#define FLASH_BWD_Q_TUNE_64 4, 64
+#endif
+#ifndef FLASH_BWD_Q_TUNE_96
+#define FLASH_BWD_Q_TUNE_96 4, 64
+#endif
+#ifndef FLASH_BWD_Q_TUNE_128
+#define FLASH_BWD_Q_TUNE_128 4, 64
+#endif
+#define FLASH_BWD_CONFIG_X(M, D, ...) M(D, __VA_ARGS__)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 32, FLASH_BWD_KV_TUNE_32)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 64, FLASH_BWD_KV_TUNE_64)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 96, FLASH_BWD_KV_TUNE_96)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 128, FLASH_BWD_KV_TUNE_128)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 32, FLASH_BWD_Q_TUNE_32)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 64, FLASH_BWD_Q_TUNE_64)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 96, FLASH_BWD_Q_TUNE_96)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 128, FLASH_BWD_Q_TUNE_128)
+#undef FLASH_BWD_CONFIG_X
+#undef FLASH_BWD_KV_CONFIG
+#undef FLASH_BWD_Q_CONFIG
+
+// Largest tile head dim of the tensor-core backward. Beyond it the per-warp register
+// tiles (dK and dV: 16 rows x D f32 each, plus S and dP) no longer fit 255 registers.
+constexpr int kBwdMmaMaxDim = 128;
+
+// Rows of the per-row workspace (lse, Δ) are padded to this multiple, so kernels read
+// whole tiles without bounds checks (padding: lse = +inf -> p = 0, Δ = 0).
+constexpr int kBwdRowPad = 128;
+
+template <class C>
+struct BwdKvDerived {
+  static constexpr int kThreads = C::kWarps * 32;
+  static constexpr int kChunks = C::kDim / 8;  // 16-byte chunks per row
+  static constexpr int kTileQBytes = C::kBlockQ * C::kDim * 2;
+  // One stage: Q tile, dO tile, lse and Δ of its rows.
+  static constexpr int kStageBytes = 2 * kTileQBytes + 2 * C::kBlockQ * 4;
+  // K tile + V tile (resident), two stages.
+  static constexpr int kSmemBytes = 2 * C::kBlockKV * C::kDim * 2 + 2 * kStageBytes;
+  static_assert(C::kBlockQ % 16 == 0 && C::kBlockQ <= kBwdRowPad, "whole k16 steps");
+  static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
+  static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
+  static_assert(C::kDim <= kBwdMmaMaxDim, "register budget");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
+};
+
+template <class C>
+struct BwdQDerived {
+  static constexpr int kThreads = C::kWarps * 32;
+  static constexpr int kChunks = C::kDim / 8;
+  static constexpr int kTileKvBytes = C::kBlockKV * C::kDim * 2;
+  static constexpr int kStageBytes = 2 * kTileKvBytes;  // K tile + V tile
+  // Q tile + dO tile (resident), two stages of K/V.
+  static constexpr int kSmemBytes = 2 * C::kBlockQ * C::kDim * 2 + 2 * kStageBytes;
+  static_assert(C::kBlockKV % 16 == 0, "whole k16 steps");
+  static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
+  static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
+  static_assert(C::kDim <= kBwdMmaMaxDim, "register budget");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
+};
+
+// f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows
+// for dK/dV), the other side in tiles of 32 (one per lane), kWarps warps per block.
+struct BwdF32Config {
+  static constexpr int kWarps = 4, kRows = 4, kTile = 32;
+  static constexpr int kBlockRows = kWarps * kRows;
+  static constexpr const char* kName = "simt_f32_bwd_r16_t32_w4";
+};
+template <int kDim>
+struct BwdF32Smem {
+  // Two row tiles (Q,dO or K,V) of kBlockRows and two of kTile rows, each row padded by
+  // 4 floats so lanes reading 16 bytes of consecutive rows hit distinct bank groups.
+  static constexpr int kRowFloats = kDim + 4;
+  static constexpr int kBytes = 2 * (BwdF32Config::kBlockRows + BwdF32Config::kTile) *
+                                kRowFloats * 4;
+};
+
+}  // namespace flash::cuda

@@ -1,0 +1,232 @@
+// Backward, dK and dV on tensor cores (f16 / bf16 inputs, f32 accumulation).
+//
+// Algorithm (FlashAttention-2 backward, key-tile outer loop): one block per (key tile
+// of kBlockKV rows, kv head, batch). Each warp owns 16 key rows; K and V of the tile
+// stay in shared memory, and the warp's 16 x D slices of dK and dV stay in registers
+// while the block walks every query tile that sees the key tile, for each query head
+// of the GQA group in turn (a fixed order: the sum over the group is deterministic).
+// Per query tile, with Q, dO, lse and Δ brought by cp.async one stage ahead:
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                   (mma.sync m16n8k16, ldmatrix)
+//   Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e)    (softcap: c·tanh(...) first)
+//   dSᵀ = Pᵀ∘(dPᵀ − Δ)                        (softcap: times 1 − tanh²)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q                  (Pᵀ, dSᵀ re-packed from the accumulators
+//                                              as A fragments, dO/Q by ldmatrix.trans)
+// dK is scaled by the softmax scale once at the end. Query tiles outside the causal /
+// window band are never visited; only tiles crossing a mask edge pay per-element masks.
+//
+// Tolerance class: f32 accumulation; P and dS are rounded to the input dtype before
+// the two products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
+// Measured speed and how to run: backends/cuda/RESULTS-cuda-backward.md.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "bwd_ops.cuh"
+
+namespace flash::cuda {
+
+template <class T, class C>
+__global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
+    bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
+                  const float* __restrict__ delta, int rows_pad) {
+  using Dv = BwdKvDerived<C>;
+  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
+  constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
+  constexpr int NT = BQ / 8;  // n8 tiles of Sᵀ per warp (16 keys x BQ queries)
+  constexpr int OT = D / 8;   // n8 tiles of dK / dV per warp
+  constexpr int KS = BQ / 16; // k16 steps of the dV / dK products
+  constexpr int kTileQ = Dv::kTileQBytes, kStage = Dv::kStageBytes;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK = smem_addr(smem);
+  const uint32_t sV = sK + BK * D * 2;
+  const uint32_t sStage = sV + BK * D * 2;  // stage s: Q, dO, lse[BQ], Δ[BQ]
+  const float* fStage = reinterpret_cast<const float*>(smem + 2 * BK * D * 2);
+
+  const FwdParams& f = p.f;
+  const int kv_head = blockIdx.y;
+  const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
+  const int group = f.group;
+  const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
+  const int k0 = blockIdx.x * BK;
+
+  const T* k = static_cast<const T*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+  const T* v = static_cast<const T*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const T* q_batch = static_cast<const T*>(f.q) + batch * f.q_stride[0];
+  const T* do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
+
+  const RowRange rows = visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
+  const int qt_begin = rows.begin / BQ;
+  const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
+  const int steps = tiles_per_head * group;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, tig = lane % 4;
+  const int kw0 = k0 + warp * 16;  // this warp's first key row
+
+  // ldmatrix lane patterns (see LdsmAddr): K/V rows as A operand; Q/dO as B operand
+  // (plain for Sᵀ, dPᵀ; transposed for dK, dV). V = K + BK*D*2, dO = Q + kTileQ.
+  const LdsmAddr<kChunks> kv_a(sK + warp * 16 * kChunks * 16, lane & 15, lane >> 4);
+  const LdsmAddr<kChunks> q_b(sStage, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const LdsmAddr<kChunks> q_t(sStage, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+
+  const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
+
+  auto load_step = [&](int step, int stage) {
+    const int head = kv_head * group + step / tiles_per_head;
+    const int q0 = (qt_begin + step % tiles_per_head) * BQ;
+    const uint32_t st = sStage + stage * kStage;
+    load_tile_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1],
+                                           q0, sq, f.head_dim);
+    load_tile_async<BQ, kChunks, kThreads>(st + kTileQ, do_batch + head * f.o_stride[2],
+                                           f.o_stride[1], q0, sq, f.head_dim_v);
+    const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
+    float* fl = const_cast<float*>(fStage) + (stage * kStage + 2 * kTileQ) / 4;
+    load_floats_async(fl, lse2 + row_off, BQ, 0);
+    load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
+  };
+
+  float acc_dk[OT][4], acc_dv[OT][4];
+#pragma unroll
+  for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      acc_dk[nt][e] = 0.f;
+      acc_dv[nt][e] = 0.f;
+    }
+
+  if (steps > 0) {
+    load_tile_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
+    load_tile_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+    load_step(0, 0);
+    cp_async_commit();
+  }
+
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
+    const int q0 = (qt_begin + step % tiles_per_head) * BQ;
+    cp_async_wait<0>();
+    __syncthreads();  // this stage visible to all; every warp is done with the other one
+    if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+    cp_async_commit();
+
+    // A warp whose 16 keys no row of this tile sees skips the tile (causal diagonal).
+    const RowRange wrows = visible_rows(f.mask, kw0, kw0 + 15);
+    if (wrows.end <= q0 || wrows.begin >= q0 + BQ || wrows.end <= wrows.begin) continue;
+    const uint32_t st = stage * kStage;
+
+    // ---- Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ ------------------------------------------------------
+    float s[NT][4], dp[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = 0.f;
+        dp[nt][e] = 0.f;
+      }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      ldmatrix_x4(ak, kv_a(0, kk * 2));
+      ldmatrix_x4(av, kv_a(0, kk * 2) + BK * D * 2);
+#pragma unroll
+      for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, q_b(nt2 * 16, kk * 2) + st);
+        mma_16816<T>(s[2 * nt2], ak, b[0], b[1]);
+        mma_16816<T>(s[2 * nt2 + 1], ak, b[2], b[3]);
+        ldmatrix_x4(b, q_b(nt2 * 16, kk * 2) + st + kTileQ);
+        mma_16816<T>(dp[2 * nt2], av, b[0], b[1]);
+        mma_16816<T>(dp[2 * nt2 + 1], av, b[2], b[3]);
+      }
+    }
+
+    // ---- Pᵀ and dSᵀ (accumulator rows = keys, columns = queries) ----------------------
+    const float* sl = fStage + (stage * kStage + 2 * kTileQ) / 4;
+    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 l2 = *reinterpret_cast<const float2*>(sl + nt * 8 + tig * 2);
+      const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + nt * 8 + tig * 2);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float ds;
+        float pv = grad.template operator()<false>(s[nt][e], dp[nt][e], (e & 1) ? l2.y : l2.x,
+                                                   (e & 1) ? dl.y : dl.x, ds);
+        if (!full) {
+          const int row = q0 + nt * 8 + tig * 2 + (e & 1);
+          const int key = kw0 + g + (e >= 2 ? 8 : 0);
+          if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+        }
+        s[nt][e] = pv;
+        dp[nt][e] = ds;
+      }
+    }
+    // Columns 16kk..16kk+15 of Pᵀ / dSᵀ (accumulator tiles 2kk, 2kk+1) = A fragment kk.
+    uint32_t pf[KS][4], df[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pf[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      df[kk][0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
+      df[kk][1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
+      df[kk][2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      df[kk][3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+    }
+
+    // ---- dV += Pᵀ·dO, dK += dSᵀ·Q -----------------------------------------------------
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+      for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st + kTileQ);
+        mma_16816<T>(acc_dv[2 * nt2], pf[kk], b[0], b[1]);
+        mma_16816<T>(acc_dv[2 * nt2 + 1], pf[kk], b[2], b[3]);
+        ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st);
+        mma_16816<T>(acc_dk[2 * nt2], df[kk], b[0], b[1]);
+        mma_16816<T>(acc_dk[2 * nt2 + 1], df[kk], b[2], b[3]);
+      }
+    }
+  }
+
+  // ---- store dK·scale and dV (rows past seqlen_kv and columns past the dims dropped) ----
+  T* dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+  T* dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = kw0 + g + h * 8;
+    if (row >= skv) continue;
+    T* dk_row = dk + (int64_t)row * f.k_stride[1];
+    T* dv_row = dv + (int64_t)row * f.v_stride[1];
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt) {
+      const int col = nt * 8 + tig * 2;
+      if (col < f.head_dim)
+        *reinterpret_cast<uint32_t*>(dk_row + col) =
+            pack2<T>(acc_dk[nt][2 * h] * f.scale, acc_dk[nt][2 * h + 1] * f.scale);
+      if (col < f.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv_row + col) =
+            pack2<T>(acc_dv[nt][2 * h], acc_dv[nt][2 * h + 1]);
+    }
+  }
+}
+
+template <class T, class C>
+void launch_bwd_kv(const BwdParams& params, int batch, const float* lse2, const float* delta,
+                   int rows_pad, cudaStream_t stream) {
+  using Dv = BwdKvDerived<C>;
+  auto kernel = bwd_kv_kernel<T, C>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dv::kSmemBytes);
+  const int num_kv_blocks = (params.f.mask.seqlen_kv + C::kBlockKV - 1) / C::kBlockKV;
+  BwdParams p = params;
+  for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
+    p.f.batch_offset = b0;
+    const dim3 grid(num_kv_blocks, p.heads_kv, std::min(batch - b0, 65535));
+    kernel<<<grid, Dv::kThreads, Dv::kSmemBytes, stream>>>(p, lse2, delta, rows_pad);
+  }
+}
+
+}  // namespace flash::cuda

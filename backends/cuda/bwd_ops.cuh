@@ -1,0 +1,99 @@
+// Device helpers of the backward kernels only: the rows a key tile is seen by, the
+// per-element gradient of one score (shared by the tensor-core and the f32 kernels),
+// and small loaders. Builds on device_ops.cuh / mask.cuh without changing them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "bwd_configs.hpp"
+#include "device_ops.cuh"
+#include "kernel_params.hpp"
+#include "mask.cuh"
+
+namespace flash::cuda {
+
+constexpr float kBwdLog2e = 1.4426950408889634f;
+
+// 2^x on the special-function unit (ex2.approx.ftz; -inf -> +0). Arguments are
+// s·scale·log2e − lse·log2e <= ~0, so flushed subnormal results lose nothing visible.
+__device__ __forceinline__ float bwd_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Query rows [begin, end) that see at least one key of [key_first, key_last]: the
+// mirror of visible_keys(). Row i sees key j iff diag - left <= j <= diag + right
+// with diag = i + diag_offset.
+struct RowRange {
+  int begin, end;
+};
+__host__ __device__ inline RowRange visible_rows(const MaskParams& m, int key_first,
+                                                 int key_last) {
+  if (!m.bounded) return {0, m.seqlen_q};
+  int64_t lo = (int64_t)key_first - m.diag_offset - m.right;
+  int64_t hi = (int64_t)key_last - m.diag_offset + m.left + 1;
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > m.seqlen_q ? m.seqlen_q : hi;
+  return {(int)lo, (int)(hi < lo ? lo : hi)};
+}
+
+// Softcap and scale folded into three constants (computed once per kernel):
+//   no softcap: x = s·mult,                       mult = scale·log2(e)   (tensor cores)
+//   softcap c:  x = c·tanh(s·cap_in)·mult,        cap_in = scale/c, mult = log2(e)
+// p = exp2(x − lse2) with lse2 = lse·log2(e) (log_scale 1 in the f32 kernels, exp).
+// dS = p·(dP − Δ), times dtanh = 1 − tanh² under softcap; the caller multiplies the
+// finished dQ / dK by scale (d(s·scale)/ds).
+struct ScoreGrad {
+  float mult, cap_in, softcap;
+  bool use_softcap;
+  __device__ __forceinline__ ScoreGrad(float scale, float cap, float log_scale) {
+    use_softcap = cap > 0.f;
+    mult = use_softcap ? log_scale : scale * log_scale;
+    cap_in = use_softcap ? scale / cap : 0.f;
+    softcap = cap;
+  }
+  // In: raw dot product s, dP, the row's lse2 and Δ. Out: p (returned) and ds.
+  template <bool kNaturalExp>
+  __device__ __forceinline__ float operator()(float s, float dp, float lse2, float delta,
+                                              float& ds) const {
+    float x, dtanh = 1.f;
+    if (use_softcap) {
+      const float t = tanhf(s * cap_in);
+      x = softcap * t * mult;
+      dtanh = 1.f - t * t;
+    } else {
+      x = s * mult;
+    }
+    const float p = kNaturalExp ? expf(x - lse2) : bwd_exp2(x - lse2);
+    ds = p * (dp - delta) * dtanh;
+    return p;
+  }
+};
+
+// Loads n floats (n a multiple of 4, 16-byte aligned source) into shared memory with
+// cp.async, one 16-byte chunk per thread of the first n/4 threads past `first_thread`.
+__device__ __forceinline__ void load_floats_async(float* dst, const float* src, int n,
+                                                  int first_thread) {
+  const int t = (int)threadIdx.x - first_thread;
+  if (t >= 0 && t < n / 4) cp_async_16(smem_addr(dst + 4 * t), src + 4 * t, true);
+}
+
+// Loads rows [row0, row0 + kRows) (first `ncols` columns, rest zero) of an f32 matrix
+// into a tile with rows of kRowFloats floats.
+template <int kRows, int kDim, int kRowFloats, int kThreads>
+__device__ __forceinline__ void load_f32_tile(float* tile, const float* g, int64_t stride,
+                                              int row0, int nrows, int ncols) {
+  constexpr int kChunks = kDim / 4;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = (row0 + r < nrows) && (c * 4 < ncols);
+    const float* src = valid ? g + (int64_t)(row0 + r) * stride + c * 4 : g;
+    cp_async_16(smem_addr(tile + r * kRowFloats + c * 4), src, valid);
+  }
+}
+
+}  // namespace flash::cuda
