@@ -2,26 +2,32 @@
 //
 // Names: attn/<fwd|bwd>/<backend>/<dtype>/<shape>/<causal|none>, e.g.
 //   attn/fwd/cpu/f32/B1_Hq8_Hkv8_Sq1024_Sk1024_D64/causal
-// Counters: FLOPS (FlashAttention's count, common/flops.hpp) and bytes_per_second
-// (compulsory traffic). Host backends are timed on the wall clock; GPU backends with events
-// around each call after a warm-up call, with L2 evicted before each timed call
-// (manual time). A backend that is unavailable, or declines a problem, is skipped
-// with the library's reason. JSON: --benchmark_format=json.
+// Counters: FLOPS (FlashAttention's count, common/flops.hpp), bytes_per_second
+// (compulsory traffic) and, for the cpu backend, peak_share: FLOPS over the FMA
+// ceiling of fma_peak.cpp probed in the same process with the backend's threads.
+// Host backends are timed on the wall clock; GPU backends with events around each
+// call after a warm-up call, with L2 evicted before each timed call (manual time).
+// A backend that is unavailable, or declines a problem, is skipped with the
+// library's reason. JSON: --benchmark_format=json.
 //
-//   flashattn_bench --benchmark_filter=/f32/B1_Hq2_Hkv2_Sq128_Sk128_D64/   # CI, seconds
+//   flashattn_bench --benchmark_filter=_Sq128_Sk128_D64/ --benchmark_min_time=0.05  # CI
 //   flashattn_bench --benchmark_filter='attn/fwd/cpu/f32/.*D128'
 //   flashattn_bench --benchmark_filter=BM_cpu_fma_peak
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "common/device.hpp"
 #include "common/flops.hpp"
 #include "common/problem.hpp"
 #include "common/workload.hpp"
 #include "flash/flash.hpp"
+#include "fma_peak.hpp"
 #include "shapes.hpp"
 
 namespace {
@@ -48,6 +54,20 @@ bench::Device* device_for(flash::Backend backend, std::string* why_not) {
   return devices[backend] = device.release();
 }
 
+// Threads the cpu backend runs on: OpenMP's default, or OMP_NUM_THREADS when set.
+int cpu_backend_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0)
+    return std::atoi(env);
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw ? static_cast<int>(hw) : 1;
+}
+
+// FMA ceiling with the cpu backend's threads, probed once per process.
+double cpu_peak_flops() {
+  static const double peak = bench::fma_peak_flops(cpu_backend_threads());
+  return peak;
+}
+
 void BM_attention(benchmark::State& state, flash::AttentionDesc desc, bool backward,
                   flash::BackendInfo info) {
   if (!info.available) {
@@ -60,12 +80,14 @@ void BM_attention(benchmark::State& state, flash::AttentionDesc desc, bool backw
     state.SkipWithError(why_not.c_str());
     return;
   }
+  double loop_seconds = 0.0;
   try {
     const bench::HostInputs inputs = bench::make_host_inputs(desc, backward, kInputSeed);
     bench::Workload workload(desc, backward, *device, inputs);
     workload.prepare();
     workload.run();  // warm-up: module load, kernel choice, first-touch of memory
     device->synchronize();
+    const auto loop_start = std::chrono::steady_clock::now();
     for (auto _ : state) {
       if (is_gpu(desc.backend)) {
         device->evict_cache();
@@ -74,6 +96,8 @@ void BM_attention(benchmark::State& state, flash::AttentionDesc desc, bool backw
         workload.run();
       }
     }
+    loop_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   } catch (const std::exception& e) {  // flash::Error: declined problem; runtime failures
     state.SkipWithError(e.what());
     return;
@@ -86,6 +110,12 @@ void BM_attention(benchmark::State& state, flash::AttentionDesc desc, bool backw
   state.counters["FLOPS"] =
       benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  // The cpu backend's acceptance is stated as a share of the FMA ceiling measured in
+  // the same process with the same thread count (1.0 = every FMA unit busy).
+  // A plain value (the rate is computed here), so the console shows no "/s".
+  if (desc.backend == flash::Backend::cpu && cpu_peak_flops() > 0 && loop_seconds > 0)
+    state.counters["peak_share"] =
+        flops * static_cast<double>(state.iterations()) / loop_seconds / cpu_peak_flops();
   state.SetLabel(info.detail);
 }
 

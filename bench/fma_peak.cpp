@@ -8,12 +8,16 @@
 //   objdump -d --no-show-raw-insn bench/flashattn_bench | grep -A40 'fma_chains_avx512'
 // shows only vfmadd...ps on zmm registers plus the loop counter).
 // Uses the widest of AVX-512F and AVX2+FMA that the CPU has, chosen at run time.
+#include "fma_peak.hpp"
+
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -92,7 +96,32 @@ void BM_cpu_fma_peak(benchmark::State& state) {
 const unsigned kAllThreads =
     std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
 
+// Calls per thread for fma_peak_flops(): 8 calls ≈ 10-20 ms per thread, long enough
+// to dwarf thread start-up, short enough to run once per process.
+constexpr int kProbeCallsPerThread = 8;
+
 }  // namespace
+
+namespace bench {
+
+double fma_peak_flops(int threads) {
+  const FmaKernel kernel = widest_fma_kernel();
+  if (!kernel.run || threads < 1) return 0.0;
+  std::vector<std::thread> workers;
+  const auto start = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      for (int i = 0; i < kProbeCallsPerThread; ++i) benchmark::DoNotOptimize(kernel.run());
+    });
+  for (std::thread& w : workers) w.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double flops_per_call =
+      kFlopsPerFma * kChains * kernel.lanes * static_cast<double>(kStepsPerCall);
+  return threads * kProbeCallsPerThread * flops_per_call / seconds;
+}
+
+}  // namespace bench
 
 // Single thread and every hardware thread; wall time, since the rate is per second.
 BENCHMARK(BM_cpu_fma_peak)->Threads(1)->UseRealTime();
