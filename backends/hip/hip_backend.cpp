@@ -5,6 +5,8 @@
 // build (portable kernels only); the core loads it with dlopen either way.
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,11 +38,13 @@ const char* dtype_name(int dtype) {
   return dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
 }
 
-// Targets this module carries code for ("gfx90a,gfx908"); empty in hip-on-cuda.
+#if FLASH_HIP_ON_AMD
+// Targets this module carries code for ("gfx90a,gfx908").
 bool compiled_for(const std::string& arch) {
   const std::string list = std::string(",") + FLASHATTN_HIP_TARGETS + ",";
   return list.find("," + arch + ",") != std::string::npos;
 }
+#endif
 
 struct Device {
   bool ok = false;
@@ -48,28 +52,14 @@ struct Device {
   gpu::DeviceInfo info;
 };
 
-// The current device, as choose() and probe() see it.
-Device current_device() {
+// A device as choose() and probe() see it; queried once per device id (device
+// properties are slow to read on some runtimes, and choose() runs on every call).
+Device query_device(int id) {
   Device dev;
-  int count = 0;
-  gpu::Error e = gpu::device_count(&count);
-  if (e != gpu::kSuccess || count == 0) {
-#if FLASH_HIP_ON_AMD
-    dev.reason = std::string("no HIP device found (hipGetDeviceCount: ") +
-                 (e != gpu::kSuccess ? gpu::error_string(e) : "0 devices") +
-                 "); the hip backend needs an AMD GPU (built for " + FLASHATTN_HIP_TARGETS + ")";
-#else
-    dev.reason = std::string("no HIP device found (hip-on-cuda build, cudaGetDeviceCount: ") +
-                 (e != gpu::kSuccess ? gpu::error_string(e) : "0 devices") + ")";
-#endif
-    (void)gpu::get_last_error();
-    return dev;
-  }
-  int id = 0;
-  if ((e = gpu::current_device(&id)) != gpu::kSuccess ||
-      (e = gpu::device_info(id, &dev.info)) != gpu::kSuccess) {
-    dev.reason = std::string("cannot query the ") + gpu::kRuntime +
-                 " device: " + gpu::error_string(e);
+  gpu::Error e = gpu::device_info(id, &dev.info);
+  if (e != gpu::kSuccess) {
+    dev.reason = std::string("cannot query the ") + gpu::kRuntime + " device " +
+                 std::to_string(id) + ": " + gpu::error_string(e);
     return dev;
   }
 #if FLASH_HIP_ON_AMD
@@ -84,11 +74,44 @@ Device current_device() {
   return dev;
 }
 
+Device current_device() {
+  int count = 0;
+  gpu::Error e = gpu::device_count(&count);
+  if (e != gpu::kSuccess || count == 0) {
+    Device none;
+#if FLASH_HIP_ON_AMD
+    none.reason = std::string("no HIP device found (hipGetDeviceCount: ") +
+                  (e != gpu::kSuccess ? gpu::error_string(e) : "0 devices") +
+                  "); the hip backend needs an AMD GPU (built for " + FLASHATTN_HIP_TARGETS + ")";
+#else
+    none.reason = std::string("no HIP device found (hip-on-cuda build, cudaGetDeviceCount: ") +
+                  (e != gpu::kSuccess ? gpu::error_string(e) : "0 devices") + ")";
+#endif
+    (void)gpu::get_last_error();
+    return none;
+  }
+  int id = 0;
+  if ((e = gpu::current_device(&id)) != gpu::kSuccess) {
+    Device none;
+    none.reason = std::string("cannot get the current ") + gpu::kRuntime +
+                  " device: " + gpu::error_string(e);
+    return none;
+  }
+  static std::mutex mutex;
+  static std::map<int, Device> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(id);
+  if (it == cache.end()) it = cache.emplace(id, query_device(id)).first;
+  return it->second;
+}
+
+#if FLASHATTN_HIP_MFMA
 // FLASH_HIP_KERNEL=portable forces the portable path on CDNA (to compare the two).
 bool portable_forced() {
   const char* v = std::getenv("FLASH_HIP_KERNEL");
   return v != nullptr && std::strcmp(v, "portable") == 0;
 }
+#endif
 
 enum class Path { portable, mfma };
 struct Plan {
