@@ -32,6 +32,15 @@ inline size_t lse_elements(const flash::AttentionDesc& d) {
   return static_cast<size_t>(d.batch * d.heads_q * d.seqlen_q);
 }
 
+// Does query row i see key j? The descriptor's mask, bottom-right aligned: with
+// diag = i + Sk - Sq, (!causal || j <= diag) && (wl < 0 || j >= diag - wl)
+// && (wr < 0 || j <= diag + wr).
+inline bool visible(const flash::AttentionDesc& d, int64_t i, int64_t j) {
+  const int64_t diag = i + d.seqlen_kv - d.seqlen_q;
+  return (!d.causal || j <= diag) && (d.window_left < 0 || j >= diag - d.window_left) &&
+         (d.window_right < 0 || j <= diag + d.window_right);
+}
+
 // "B1_Hq8_Hkv8_Sq1024_Sk1024_D64" (+ "_Dv32" when head_dim_v differs). Stable: the
 // Google Benchmark names and the CI filter are built from it.
 std::string shape_label(const flash::AttentionDesc& d);

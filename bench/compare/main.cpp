@@ -104,11 +104,12 @@ int main(int argc, char** argv) {
   compare::print_table(stdout, rows);
   std::printf(
       "\nTFLOP/s: FlashAttention's count (4*B*H*Sq*Sk*D forward, half for square causal, "
-      "backward 2.5x);\n"
-      "max rel err: max|out - reference| / max|reference| over the checked rows; tolerance "
-      "%.1e (%s %s);\n",
-      bench::tolerance_for(options.base.dtype, options.backward),
-      flash::to_string(options.base.dtype), options.backward ? "backward" : "forward");
+      "backward 2.5x).\n"
+      "max rel err: max|out - reference| / max|reference| over the checked rows (worst of "
+      "o, or of dq, dk, dv).\n"
+      "tol used: error / (2 x error of naive attention in %s + %.0e x max|reference|), "
+      "the tests' rule.\n",
+      flash::to_string(options.base.dtype), bench::relative_epsilon(options.base.dtype));
   for (const std::string& note : coverage_notes) std::printf("checked: %s\n", note.c_str());
 
   int status = 0;
