@@ -9,6 +9,9 @@
 //     rows, dQ stays in f32 registers, written once. No atomics: bitwise deterministic.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 namespace flash::cuda {
 
 // dK/dV kernel (f16/bf16): kBlockKV = 16 * kWarps key rows per block; the block walks
@@ -111,18 +114,58 @@ struct BwdQDerived {
 
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows
 // for dK/dV), the other side in tiles of 32 (one per lane), kWarps warps per block.
-struct BwdF32Config {
+struct BwdSimtConfig {
   static constexpr int kWarps = 4, kRows = 4, kTile = 32;
   static constexpr int kBlockRows = kWarps * kRows;
   static constexpr const char* kName = "simt_f32_bwd_r16_t32_w4";
 };
 template <int kDim>
-struct BwdF32Smem {
+struct BwdSimtSmem {
   // Two row tiles (Q,dO or K,V) of kBlockRows and two of kTile rows, each row padded by
   // 4 floats so lanes reading 16 bytes of consecutive rows hit distinct bank groups.
   static constexpr int kRowFloats = kDim + 4;
-  static constexpr int kBytes = 2 * (BwdF32Config::kBlockRows + BwdF32Config::kTile) *
+  static constexpr int kBytes = 2 * (BwdSimtConfig::kBlockRows + BwdSimtConfig::kTile) *
                                 kRowFloats * 4;
 };
+
+// ---- host-side questions choose() and the launcher ask ---------------------------------
+
+inline int64_t bwd_rows_pad(int64_t seqlen_q) {
+  return (seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+}
+// Workspace floats: Δ and lse, [batch, heads_q, rows_pad] each.
+inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
+  return 2 * batch * heads_q * bwd_rows_pad(seqlen_q);
+}
+
+// Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the
+// SIMT path. Dims past kBwdMmaMaxDim have no tensor-core backward (name empty, 0 bytes).
+inline std::string bwd_config_name(bool is_f32, int dim) {
+  if (is_f32) return BwdSimtConfig::kName;
+  switch (dim) {
+#define FLASH_BWD_NAME(D) \
+  case D: return std::string(BwdKvConfig<D>::kName) + " + " + BwdQConfig<D>::kName;
+    FLASH_BWD_NAME(32) FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128)
+#undef FLASH_BWD_NAME
+  }
+  return "";
+}
+inline int bwd_smem_bytes(bool is_f32, int dim) {
+  switch (dim) {
+#define FLASH_BWD_SMEM(D)                                                                \
+  case D:                                                                                \
+    return is_f32 ? BwdSimtSmem<D>::kBytes                                                \
+                  : (BwdKvDerived<BwdKvConfig<D>>::kSmemBytes >                          \
+                             BwdQDerived<BwdQConfig<D>>::kSmemBytes                      \
+                         ? BwdKvDerived<BwdKvConfig<D>>::kSmemBytes                      \
+                         : BwdQDerived<BwdQConfig<D>>::kSmemBytes);
+    FLASH_BWD_SMEM(32) FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128)
+#undef FLASH_BWD_SMEM
+    case 160: return is_f32 ? BwdSimtSmem<160>::kBytes : 0;
+    case 192: return is_f32 ? BwdSimtSmem<192>::kBytes : 0;
+    case 256: return is_f32 ? BwdSimtSmem<256>::kBytes : 0;
+  }
+  return 0;
+}
 
 }  // namespace flash::cuda

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
   const T* q_batch = static_cast<const T*>(f.q) + batch * f.q_stride[0];
   const T* do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
 
-  const RowRange rows = visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
+  const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
   const int qt_begin = rows.begin / BQ;
   const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
   const int steps = tiles_per_head * group;
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
     cp_async_commit();
 
     // A warp whose 16 keys no row of this tile sees skips the tile (causal diagonal).
-    const RowRange wrows = visible_rows(f.mask, kw0, kw0 + 15);
+    const RowRange wrows = bwd_visible_rows(f.mask, kw0, kw0 + 15);
     if (wrows.end <= q0 || wrows.begin >= q0 + BQ || wrows.end <= wrows.begin) continue;
     const uint32_t st = stage * kStage;
 

@@ -31,7 +31,7 @@ __device__ __forceinline__ float bwd_exp2(float x) {
 struct RowRange {
   int begin, end;
 };
-__host__ __device__ inline RowRange visible_rows(const MaskParams& m, int key_first,
+__host__ __device__ inline RowRange bwd_visible_rows(const MaskParams& m, int key_first,
                                                  int key_last) {
   if (!m.bounded) return {0, m.seqlen_q};
   int64_t lo = (int64_t)key_first - m.diag_offset - m.right;

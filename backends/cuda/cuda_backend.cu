@@ -15,6 +15,7 @@
 #include "dispatch/backend_adapter.hpp"
 #include "kernel_params.hpp"
 #include "tile_configs.hpp"
+#include "bwd_configs.hpp"
 
 namespace flash::cuda {
 namespace {
@@ -223,6 +224,19 @@ void dispatch_forward(int dim, const FwdParams& f, int batch, cudaStream_t strea
   }
 }
 
+template <Dtype kDtype>
+void dispatch_backward(int dim, const BwdParams& b, int batch, cudaStream_t stream) {
+  switch (dim) {
+    case 32: return launch_backward<kDtype, 32>(b, batch, stream);
+    case 64: return launch_backward<kDtype, 64>(b, batch, stream);
+    case 96: return launch_backward<kDtype, 96>(b, batch, stream);
+    case 128: return launch_backward<kDtype, 128>(b, batch, stream);
+    case 160: return launch_backward<kDtype, 160>(b, batch, stream);
+    case 192: return launch_backward<kDtype, 192>(b, batch, stream);
+    case 256: return launch_backward<kDtype, 256>(b, batch, stream);
+  }
+}
+
 }  // namespace
 
 struct CudaBackend {
@@ -267,8 +281,25 @@ struct CudaBackend {
     if (p.heads_q > 65535)
       return Choice::decline("cuda backend: heads_q = " + std::to_string(p.heads_q) +
                              " exceeds 65535 (one grid row per head)");
-    if (direction == FLASH_BACKWARD)
-      return Choice::decline("cuda backend: backward is not implemented yet");
+    if (direction == FLASH_BACKWARD) {
+      // Backward: tensor cores up to tile head dim kBwdMmaMaxDim, f32 (SIMT) for all.
+      const bool is_f32 = p.dtype == FLASH_F32;
+      const int dim = tile_dim(p);
+      if (!is_f32 && dim > kBwdMmaMaxDim)
+        return Choice::decline(
+            "cuda backend: backward in " + std::string(dtype_name(p.dtype)) +
+            " supports max(head_dim, head_dim_v) up to " + std::to_string(kBwdMmaMaxDim) +
+            " (got " + std::to_string(dim) + "; the per-warp dK/dV register tiles do not fit "
+            "beyond it); f32 backward supports every forward head dim");
+      const DeviceInfo d = current_device();
+      const int smem = bwd_smem_bytes(is_f32, dim);
+      const std::string name = bwd_config_name(is_f32, dim) + " " + dtype_name(p.dtype);
+      if (smem > d.smem_optin)
+        return Choice::decline("cuda backend: backward tile config " + name + " needs " +
+                               std::to_string(smem) + " bytes of shared memory, device " +
+                               d.name + " allows " + std::to_string(d.smem_optin));
+      return Choice::run(name);
+    }
     const DeviceInfo d = current_device();
     const int smem = fwd_smem_bytes(p);
     if (smem > d.smem_optin)
@@ -333,10 +364,83 @@ struct CudaBackend {
     staging.finish();
   }
 
-  static void backward(const flash_problem& p, const void*, const void*, const void*,
-                       const void*, const void*, const float*, void*, void*, void*) {
+  // Backward: preprocess (Δ) -> dK/dV -> dQ on desc.stream, no synchronisation (except
+  // when host memory is staged). Workspace: Δ and lse, O(rows), in the cached buffer.
+  static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
+                       const void* o, const void* dout, const float* lse, void* dq, void* dk,
+                       void* dv) {
     const auto choice = choose(p, FLASH_BACKWARD);
-    throw flash::Error(choice.reason, flash::Error::Kind::unsupported);
+    if (!choice.ok) throw flash::Error(choice.reason, flash::Error::Kind::unsupported);
+    const size_t eb = dtype_bytes(p.dtype);
+    check_aligned("q", q, p.q_stride, eb);
+    check_aligned("k", k, p.k_stride, eb);
+    check_aligned("v", v, p.v_stride, eb);
+    check_aligned("o", o, p.o_stride, eb);
+    check_aligned("dout (o strides)", dout, p.o_stride, eb);
+    check_aligned("dq (q strides)", dq, p.q_stride, eb);
+    check_aligned("dk (k strides)", dk, p.k_stride, eb);
+    check_aligned("dv (v strides)", dv, p.v_stride, eb);
+    auto stream = static_cast<cudaStream_t>(p.stream);
+
+    const size_t q_bytes = eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const size_t k_bytes = eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
+    const size_t v_bytes = eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+    const size_t o_bytes = eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
+    const size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seqlen_q;
+    // Host tensors travel through the staging buffer (inputs in; outputs in and back).
+    const void* ptrs[9] = {q, k, v, o, dout, lse, dq, dk, dv};
+    const size_t bytes[9] = {q_bytes, k_bytes, v_bytes, o_bytes, o_bytes, lse_bytes,
+                             q_bytes, k_bytes, v_bytes};
+    static const char* names[9] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"};
+    HostStaging staging(stream);
+    void* dev[9];
+    bool staged[9];
+    for (int i = 0; i < 9; ++i) {
+      dev[i] = const_cast<void*>(staging.add(names[i], ptrs[i], bytes[i], i >= 6));
+      staged[i] = dev[i] == nullptr;
+    }
+    if (!staging.empty()) {
+      std::vector<void*> got = staging.commit();
+      size_t j = 0;
+      for (int i = 0; i < 9; ++i)
+        if (staged[i]) dev[i] = got[j++];
+    }
+
+    BwdParams b{};
+    FwdParams& f = b.f;
+    f.q = dev[0];
+    f.k = dev[1];
+    f.v = dev[2];
+    f.o = dev[3];
+    f.lse = static_cast<float*>(dev[5]);
+    b.dout = dev[4];
+    b.dq = dev[6];
+    b.dk = dev[7];
+    b.dv = dev[8];
+    fill_strides(f.q_stride, p.q_stride);
+    fill_strides(f.k_stride, p.k_stride);
+    fill_strides(f.v_stride, p.v_stride);
+    fill_strides(f.o_stride, p.o_stride);
+    f.heads_q = static_cast<int>(p.heads_q);
+    f.group = static_cast<int>(p.heads_q / p.heads_kv);
+    f.head_dim = static_cast<int>(p.head_dim);
+    f.head_dim_v = static_cast<int>(p.head_dim_v);
+    f.scale = p.scale;
+    f.softcap = p.softcap;
+    f.mask = make_mask(p);
+    b.heads_kv = static_cast<int>(p.heads_kv);
+    b.delta = static_cast<float*>(cached_device_buffer(
+        stream, BufferPurpose::workspace,
+        sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q)));
+    const int batch = static_cast<int>(p.batch);
+    const int dim = tile_dim(p);
+    switch (p.dtype) {
+      case FLASH_F32: dispatch_backward<Dtype::f32>(dim, b, batch, stream); break;
+      case FLASH_F16: dispatch_backward<Dtype::f16>(dim, b, batch, stream); break;
+      case FLASH_BF16: dispatch_backward<Dtype::bf16>(dim, b, batch, stream); break;
+    }
+    check_cuda(cudaGetLastError(), "backward kernel launch");
+    staging.finish();
   }
 };
 

@@ -1,0 +1,4 @@
+// Backward kernels (f32, f16, bf16) for tile head dim 64.
+#include "bwd_launch.cuh"
+
+FLASH_INSTANTIATE_BACKWARD(64)

@@ -1,0 +1,42 @@
+// Defines launch_backward<dtype, dim> for one tile head dim; each bwd_d<dim>.cu includes
+// this and instantiates its dim, so the kernels compile in parallel translation units.
+//
+// Launch order on desc.stream (no synchronisation): preprocess (Δ, lse rescaled) ->
+// dK/dV -> dQ. Workspace (p.delta, from the cached per-(device, stream) buffer): two f32
+// arrays [batch, heads_q, bwd_rows_pad(seqlen_q)], Δ then lse; O(rows), never N².
+// dQ needs no f32 global accumulator: it is accumulated in registers by its own kernel.
+#pragma once
+
+#include "bwd_f32_kernel.cuh"
+#include "bwd_kv_kernel.cuh"
+#include "bwd_preprocess.cuh"
+#include "bwd_q_kernel.cuh"
+
+namespace flash::cuda {
+
+template <Dtype kDtype, int kDim>
+void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
+  const int rows_pad = static_cast<int>(bwd_rows_pad(p.f.mask.seqlen_q));
+  float* delta = p.delta;
+  float* lse = p.delta + (int64_t)batch * p.f.heads_q * rows_pad;
+  if constexpr (kDtype == Dtype::f32) {
+    launch_bwd_preprocess<float>(p, batch, lse, delta, rows_pad, 1.f, stream);
+    launch_bwd_f32<kDim>(p, batch, lse, delta, rows_pad, stream);
+  } else if constexpr (kDim <= kBwdMmaMaxDim) {
+    using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
+    launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
+    launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+    launch_bwd_q<T, BwdQConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+  }
+  // Otherwise choose() has declined the problem (f16/bf16 past kBwdMmaMaxDim).
+}
+
+}  // namespace flash::cuda
+
+#define FLASH_INSTANTIATE_BACKWARD(D)                                      \
+  template void flash::cuda::launch_backward<flash::cuda::Dtype::f32, D>(  \
+      const flash::cuda::BwdParams&, int, cudaStream_t);                   \
+  template void flash::cuda::launch_backward<flash::cuda::Dtype::f16, D>(  \
+      const flash::cuda::BwdParams&, int, cudaStream_t);                   \
+  template void flash::cuda::launch_backward<flash::cuda::Dtype::bf16, D>( \
+      const flash::cuda::BwdParams&, int, cudaStream_t);
