@@ -94,19 +94,23 @@ struct Plan {
     plan.kv_blocks = (p.seqlen_kv + keys - 1) / keys;
     return plan;
   }
-  // Items ordered so the most expensive (last q blocks under a causal mask) come
-  // first: with a dynamic schedule that keeps the tail of the loop short.
+  // Items of one (batch, kv head) are consecutive, so the threads work through the
+  // same K/V at the same time (it stays in L2/L3), and within a head the last q blocks
+  // (the most expensive under a causal mask) come first: with a dynamic schedule the
+  // loop ends on the cheapest items.
   int64_t q_items() const { return bh * q_blocks; }
   void decode_q_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& qb) const {
-    qb = q_blocks - 1 - item / bh;
-    b = (item % bh) / a.p->heads_kv;
-    hkv = item % a.p->heads_kv;
+    qb = q_blocks - 1 - item % q_blocks;
+    const int64_t bhi = item / q_blocks;
+    b = bhi / a.p->heads_kv;
+    hkv = bhi % a.p->heads_kv;
   }
   int64_t kv_items() const { return bh * kv_blocks; }
   void decode_kv_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& kb) const {
-    kb = item / bh;  // causal: low kv blocks are seen by the most q rows
-    b = (item % bh) / a.p->heads_kv;
-    hkv = item % a.p->heads_kv;
+    kb = item % kv_blocks;  // causal: low kv blocks are seen by the most q rows
+    const int64_t bhi = item / kv_blocks;
+    b = bhi / a.p->heads_kv;
+    hkv = bhi % a.p->heads_kv;
   }
 };
 

@@ -37,6 +37,7 @@
 #include "backends/cpu/load-inl.h"
 #include "backends/cpu/microkernel-inl.h"
 #include "backends/cpu/tiles-inl.h"
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -137,6 +138,13 @@ HWY_INLINE void PackQTransposed(const flash_problem& p, const void* q, int64_t b
   }
 }
 
+// Software prefetch of `rows` rows of `bytes` bytes each, `stride` bytes apart.
+HWY_INLINE void PrefetchRows(const void* base, int64_t stride, size_t rows, size_t bytes) {
+  const char* p = static_cast<const char*>(base);
+  for (size_t r = 0; r < rows; ++r, p += stride)
+    for (size_t off = 0; off < bytes; off += 64) hwy::Prefetch(p + off);
+}
+
 // Query position of each stacked row of item (qb), -1 for padding rows.
 HWY_INLINE void StackedRows(const Plan& plan, int64_t qb, int64_t* row_index) {
   const int64_t i0 = qb * plan.rows_per_head;
@@ -197,6 +205,18 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
     LoadPanels(p.dtype, At(plan.a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, Dv,
                Tiles::kPvNR * N, vpack);
     const StridedA ka{kpack, D, 1};
+    // Fetch the next tile's K/V rows into cache while this tile computes: the copies
+    // above otherwise stall on every row (K/V of a head exceed L2 at long seqlen, and
+    // rows of different heads interleave in memory, which defeats the stream prefetcher).
+    const int64_t j_next = j0 + static_cast<int64_t>(K);
+    if (j_next <= j_end) {
+      const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
+      const int64_t esize = static_cast<int64_t>(ElementSize(p.dtype));
+      PrefetchRows(At(plan.a.k, p.dtype, p.k_stride, b, j_next, hkv), p.k_stride[1] * esize, next,
+                   D * static_cast<size_t>(esize));
+      PrefetchRows(At(plan.a.v, p.dtype, p.v_stride, b, j_next, hkv), p.v_stride[1] * esize, next,
+                   Dv * static_cast<size_t>(esize));
+    }
 
     Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, ka, BOperand::RowMajor(qt, R), st, R,
                                      CMode::kOverwrite);
