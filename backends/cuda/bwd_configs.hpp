@@ -3,9 +3,9 @@
 //
 // The backward is three launches (see bwd_launch.cuh):
 //  1. bwd_preprocess: Δ = rowsum(dO∘O) and the log-sum-exp rescaled for exp2, per row;
-//  2. bwd_kv (dK, dV): one block per (key tile, kv head, batch); each warp owns 16 key
-//     rows, so its slices of dK and dV stay in registers for the whole query loop;
-//  3. bwd_q (dQ): one block per (query tile, head, batch); each warp owns 16 query
+//  2. bwd_kv (dK, dV): one block per (key tile, kv head, batch); each warp owns 16 or
+//     32 key rows, so its slices of dK and dV stay in registers for the whole query loop;
+//  3. bwd_q (dQ): one block per (query tile, head, batch); each warp owns 16 or 32 query
 //     rows, dQ stays in f32 registers, written once. No atomics: bitwise deterministic.
 #pragma once
 
@@ -14,51 +14,73 @@
 
 namespace flash::cuda {
 
-// dK/dV kernel (f16/bf16): kBlockKV = 16 * kWarps key rows per block; the block walks
+// dK/dV kernel (f16/bf16): kBlockKV = 16 * kWarps * kMTiles key rows; the block walks
 // query tiles of kBlockQ rows (two shared-memory stages, the next loading while this
 // one computes).
 template <int kDim>
 struct BwdKvConfig;
-// dQ kernel (f16/bf16): kBlockQ = 16 * kWarps query rows; key tiles of kBlockKV.
+// dQ kernel (f16/bf16): kBlockQ = 16 * kWarps * kMTiles query rows; key tiles of kBlockKV.
 template <int kDim>
 struct BwdQConfig;
 
-#define FLASH_BWD_KV_CONFIG(D, W, BQ)                                                  \
+// kMTiles: m16 tiles per warp. Two halve the shared-memory traffic per mma (each B
+// fragment feeds both) but double the accumulator registers.
+#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ)                                              \
   template <>                                                                          \
   struct BwdKvConfig<D> {                                                              \
-    static constexpr int kDim = D, kWarps = W, kBlockKV = 16 * W, kBlockQ = BQ;        \
-    static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_q" #BQ;           \
+    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockQ = BQ;             \
+    static constexpr int kBlockKV = 16 * W * MT;                                       \
+    static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_m" #MT "_q" #BQ;  \
   };
-#define FLASH_BWD_Q_CONFIG(D, W, BKV)                                                  \
+#define FLASH_BWD_Q_CONFIG(D, W, MT, BKV)                                              \
   template <>                                                                          \
   struct BwdQConfig<D> {                                                               \
-    static constexpr int kDim = D, kWarps = W, kBlockQ = 16 * W, kBlockKV = BKV;       \
-    static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_kv" #BKV;          \
+    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockKV = BKV;           \
+    static constexpr int kBlockQ = 16 * W * MT;                                        \
+    static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_m" #MT "_kv" #BKV; \
   };
-// Tuning builds may override one, e.g. -DFLASH_BWD_KV_TUNE_128=8,64.
+// Tuning builds may override one, e.g. -DFLASH_BWD_KV_TUNE_128=8,1,64 (warps, m-tiles,
+// query tile), or pick a set with -DFLASH_BWD_TUNE_SET=n (nvcc splits -D values at
+// commas, so command-line tuning uses the sets).
+#if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 1
+#define FLASH_BWD_KV_TUNE_64 8, 1, 64
+#define FLASH_BWD_Q_TUNE_64 4, 1, 64
+#define FLASH_BWD_KV_TUNE_128 8, 1, 32
+#define FLASH_BWD_Q_TUNE_128 4, 1, 64
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2
+#define FLASH_BWD_KV_TUNE_64 8, 2, 32
+#define FLASH_BWD_Q_TUNE_64 8, 1, 64
+#define FLASH_BWD_KV_TUNE_128 4, 1, 64
+#define FLASH_BWD_Q_TUNE_128 8, 1, 64
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3
+#define FLASH_BWD_KV_TUNE_64 4, 2, 16
+#define FLASH_BWD_Q_TUNE_64 4, 2, 32
+#define FLASH_BWD_KV_TUNE_128 8, 1, 16
+#define FLASH_BWD_Q_TUNE_128 4, 2, 16
+#endif
 #ifndef FLASH_BWD_KV_TUNE_32
-#define FLASH_BWD_KV_TUNE_32 8, 64
+#define FLASH_BWD_KV_TUNE_32 4, 2, 32
 #endif
 #ifndef FLASH_BWD_KV_TUNE_64
-#define FLASH_BWD_KV_TUNE_64 8, 64
+#define FLASH_BWD_KV_TUNE_64 4, 2, 32
 #endif
 #ifndef FLASH_BWD_KV_TUNE_96
-#define FLASH_BWD_KV_TUNE_96 8, 64
+#define FLASH_BWD_KV_TUNE_96 8, 1, 64
 #endif
 #ifndef FLASH_BWD_KV_TUNE_128
-#define FLASH_BWD_KV_TUNE_128 8, 64
+#define FLASH_BWD_KV_TUNE_128 8, 1, 64
 #endif
 #ifndef FLASH_BWD_Q_TUNE_32
-#define FLASH_BWD_Q_TUNE_32 4, 64
+#define FLASH_BWD_Q_TUNE_32 4, 2, 64
 #endif
 #ifndef FLASH_BWD_Q_TUNE_64
-#define FLASH_BWD_Q_TUNE_64 4, 64
+#define FLASH_BWD_Q_TUNE_64 4, 2, 64
 #endif
 #ifndef FLASH_BWD_Q_TUNE_96
-#define FLASH_BWD_Q_TUNE_96 4, 64
+#define FLASH_BWD_Q_TUNE_96 4, 2, 32
 #endif
 #ifndef FLASH_BWD_Q_TUNE_128
-#define FLASH_BWD_Q_TUNE_128 4, 64
+#define FLASH_BWD_Q_TUNE_128 4, 2, 32
 #endif
 #define FLASH_BWD_CONFIG_X(M, D, ...) M(D, __VA_ARGS__)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 32, FLASH_BWD_KV_TUNE_32)
@@ -94,6 +116,7 @@ struct BwdKvDerived {
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
   static_assert(C::kDim <= kBwdMmaMaxDim, "register budget");
+  static_assert(C::kMTiles == 1 || C::kMTiles == 2, "one or two m16 tiles per warp");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
@@ -109,6 +132,7 @@ struct BwdQDerived {
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
   static_assert(C::kDim <= kBwdMmaMaxDim, "register budget");
+  static_assert(C::kMTiles == 1 || C::kMTiles == 2, "one or two m16 tiles per warp");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 

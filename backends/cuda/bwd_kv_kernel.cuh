@@ -1,8 +1,8 @@
 // Backward, dK and dV on tensor cores (f16 / bf16 inputs, f32 accumulation).
 //
 // Algorithm (FlashAttention-2 backward, key-tile outer loop): one block per (key tile
-// of kBlockKV rows, kv head, batch). Each warp owns 16 key rows; K and V of the tile
-// stay in shared memory, and the warp's 16 x D slices of dK and dV stay in registers
+// of kBlockKV rows, kv head, batch). Each warp owns 16·kMTiles key rows; K and V of the tile
+// stay in shared memory, and the warp's slices of dK and dV stay in registers
 // while the block walks every query tile that sees the key tile, for each query head
 // of the GQA group in turn (a fixed order: the sum over the group is deterministic).
 // Per query tile, with Q, dO, lse and Δ brought by cp.async one stage ahead:
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
     bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
                   const float* __restrict__ delta, int rows_pad) {
   using Dv = BwdKvDerived<C>;
-  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
+  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, MT = C::kMTiles;
   constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
   constexpr int NT = BQ / 8;  // n8 tiles of Sᵀ per warp (16 keys x BQ queries)
   constexpr int OT = D / 8;   // n8 tiles of dK / dV per warp
@@ -62,11 +62,11 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, tig = lane % 4;
-  const int kw0 = k0 + warp * 16;  // this warp's first key row
+  const int kw0 = k0 + warp * 16 * MT;  // this warp's first key row
 
   // ldmatrix lane patterns (see LdsmAddr): K/V rows as A operand; Q/dO as B operand
   // (plain for Sᵀ, dPᵀ; transposed for dK, dV). V = K + BK*D*2, dO = Q + kTileQ.
-  const LdsmAddr<kChunks> kv_a(sK + warp * 16 * kChunks * 16, lane & 15, lane >> 4);
+  const LdsmAddr<kChunks> kv_a(sK + warp * 16 * MT * kChunks * 16, lane & 15, lane >> 4);
   const LdsmAddr<kChunks> q_b(sStage, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const LdsmAddr<kChunks> q_t(sStage, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
@@ -86,14 +86,16 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
     load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
   };
 
-  float acc_dk[OT][4], acc_dv[OT][4];
+  float acc_dk[MT][OT][4], acc_dv[MT][OT][4];
 #pragma unroll
-  for (int nt = 0; nt < OT; ++nt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      acc_dk[nt][e] = 0.f;
-      acc_dv[nt][e] = 0.f;
-    }
+    for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_dk[mt][nt][e] = 0.f;
+        acc_dv[mt][nt][e] = 0.f;
+      }
 
   if (steps > 0) {
     load_tile_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
@@ -110,71 +112,87 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
     if (step + 1 < steps) load_step(step + 1, stage ^ 1);
     cp_async_commit();
 
-    // A warp whose 16 keys no row of this tile sees skips the tile (causal diagonal).
-    const RowRange wrows = bwd_visible_rows(f.mask, kw0, kw0 + 15);
+    // A warp whose keys no row of this tile sees skips the tile (causal diagonal).
+    const RowRange wrows = bwd_visible_rows(f.mask, kw0, kw0 + 16 * MT - 1);
     if (wrows.end <= q0 || wrows.begin >= q0 + BQ || wrows.end <= wrows.begin) continue;
     const uint32_t st = stage * kStage;
 
     // ---- Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ ------------------------------------------------------
-    float s[NT][4], dp[NT][4];
+    float s[MT][NT][4], dp[MT][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = 0.f;
-        dp[nt][e] = 0.f;
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] = 0.f;
+          dp[mt][nt][e] = 0.f;
+        }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      ldmatrix_x4(ak, kv_a(0, kk * 2));
-      ldmatrix_x4(av, kv_a(0, kk * 2) + BK * D * 2);
+      uint32_t ak[MT][4], av[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ldmatrix_x4(ak[mt], kv_a(mt * 16, kk * 2));
+        ldmatrix_x4(av[mt], kv_a(mt * 16, kk * 2) + BK * D * 2);
+      }
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
         uint32_t b[4];
         ldmatrix_x4(b, q_b(nt2 * 16, kk * 2) + st);
-        mma_16816<T>(s[2 * nt2], ak, b[0], b[1]);
-        mma_16816<T>(s[2 * nt2 + 1], ak, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(s[mt][2 * nt2], ak[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * nt2 + 1], ak[mt], b[2], b[3]);
+        }
         ldmatrix_x4(b, q_b(nt2 * 16, kk * 2) + st + kTileQ);
-        mma_16816<T>(dp[2 * nt2], av, b[0], b[1]);
-        mma_16816<T>(dp[2 * nt2 + 1], av, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dp[mt][2 * nt2], av[mt], b[0], b[1]);
+          mma_16816<T>(dp[mt][2 * nt2 + 1], av[mt], b[2], b[3]);
+        }
       }
     }
 
     // ---- Pᵀ and dSᵀ (accumulator rows = keys, columns = queries) ----------------------
     const float* sl = fStage + (stage * kStage + 2 * kTileQ) / 4;
-    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
+    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 16 * MT - 1);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const float2 l2 = *reinterpret_cast<const float2*>(sl + nt * 8 + tig * 2);
       const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + nt * 8 + tig * 2);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float ds;
-        float pv = grad.template operator()<false>(s[nt][e], dp[nt][e], (e & 1) ? l2.y : l2.x,
-                                                   (e & 1) ? dl.y : dl.x, ds);
-        if (!full) {
-          const int row = q0 + nt * 8 + tig * 2 + (e & 1);
-          const int key = kw0 + g + (e >= 2 ? 8 : 0);
-          if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float ds;
+          float pv = grad.template operator()<false>(s[mt][nt][e], dp[mt][nt][e],
+                                                     (e & 1) ? l2.y : l2.x,
+                                                     (e & 1) ? dl.y : dl.x, ds);
+          if (!full) {
+            const int row = q0 + nt * 8 + tig * 2 + (e & 1);
+            const int key = kw0 + mt * 16 + g + (e >= 2 ? 8 : 0);
+            if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+          }
+          s[mt][nt][e] = pv;
+          dp[mt][nt][e] = ds;
         }
-        s[nt][e] = pv;
-        dp[nt][e] = ds;
-      }
     }
     // Columns 16kk..16kk+15 of Pᵀ / dSᵀ (accumulator tiles 2kk, 2kk+1) = A fragment kk.
-    uint32_t pf[KS][4], df[KS][4];
+    uint32_t pf[MT][KS][4], df[MT][KS][4];
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-      pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pf[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      df[kk][0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
-      df[kk][1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
-      df[kk][2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-      df[kk][3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-    }
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        pf[mt][kk][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pf[mt][kk][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pf[mt][kk][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pf[mt][kk][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        df[mt][kk][0] = pack2<T>(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
+        df[mt][kk][1] = pack2<T>(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
+        df[mt][kk][2] = pack2<T>(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
+        df[mt][kk][3] = pack2<T>(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
+      }
 
     // ---- dV += Pᵀ·dO, dK += dSᵀ·Q -----------------------------------------------------
 #pragma unroll
@@ -183,11 +201,17 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
       for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st + kTileQ);
-        mma_16816<T>(acc_dv[2 * nt2], pf[kk], b[0], b[1]);
-        mma_16816<T>(acc_dv[2 * nt2 + 1], pf[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc_dv[mt][2 * nt2], pf[mt][kk], b[0], b[1]);
+          mma_16816<T>(acc_dv[mt][2 * nt2 + 1], pf[mt][kk], b[2], b[3]);
+        }
         ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st);
-        mma_16816<T>(acc_dk[2 * nt2], df[kk], b[0], b[1]);
-        mma_16816<T>(acc_dk[2 * nt2 + 1], df[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc_dk[mt][2 * nt2], df[mt][kk], b[0], b[1]);
+          mma_16816<T>(acc_dk[mt][2 * nt2 + 1], df[mt][kk], b[2], b[3]);
+        }
       }
     }
   }
@@ -196,22 +220,24 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
   T* dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
   T* dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = kw0 + g + h * 8;
-    if (row >= skv) continue;
-    T* dk_row = dk + (int64_t)row * f.k_stride[1];
-    T* dv_row = dv + (int64_t)row * f.v_stride[1];
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < OT; ++nt) {
-      const int col = nt * 8 + tig * 2;
-      if (col < f.head_dim)
-        *reinterpret_cast<uint32_t*>(dk_row + col) =
-            pack2<T>(acc_dk[nt][2 * h] * f.scale, acc_dk[nt][2 * h + 1] * f.scale);
-      if (col < f.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv_row + col) =
-            pack2<T>(acc_dv[nt][2 * h], acc_dv[nt][2 * h + 1]);
+    for (int h = 0; h < 2; ++h) {
+      const int row = kw0 + mt * 16 + g + h * 8;
+      if (row >= skv) continue;
+      T* dk_row = dk + (int64_t)row * f.k_stride[1];
+      T* dv_row = dv + (int64_t)row * f.v_stride[1];
+#pragma unroll
+      for (int nt = 0; nt < OT; ++nt) {
+        const int col = nt * 8 + tig * 2;
+        if (col < f.head_dim)
+          *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(
+              acc_dk[mt][nt][2 * h] * f.scale, acc_dk[mt][nt][2 * h + 1] * f.scale);
+        if (col < f.head_dim_v)
+          *reinterpret_cast<uint32_t*>(dv_row + col) =
+              pack2<T>(acc_dv[mt][nt][2 * h], acc_dv[mt][nt][2 * h + 1]);
+      }
     }
-  }
 }
 
 template <class T, class C>

@@ -1,6 +1,6 @@
 // Backward, dQ on tensor cores (f16 / bf16 inputs, f32 accumulation), deterministic.
 //
-// Algorithm: one block per (query tile, head, batch), each warp owning 16 query rows
+// Algorithm: one block per (query tile, head, batch), each warp owning 16·kMTiles rows
 // (the forward's layout). Q and dO of the tile stay in shared memory; for each key
 // tile that the rows see (K and V brought by cp.async one stage ahead):
 //   S = Q·Kᵀ, dP = dO·Vᵀ                      (mma.sync m16n8k16)
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
     bwd_q_kernel(const BwdParams p, const float* __restrict__ lse2,
                  const float* __restrict__ delta, int rows_pad) {
   using Dv = BwdQDerived<C>;
-  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
+  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, MT = C::kMTiles;
   constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
   constexpr int NT = BK / 8;   // n8 tiles of S per warp
   constexpr int OT = D / 8;    // n8 tiles of dQ per warp
@@ -57,21 +57,28 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
   const int g = lane / 4, tig = lane % 4;
   const int q0 = qblock * BQ;
   const int q_last = min(q0 + BQ, sq) - 1;
-  const int qw0 = q0 + warp * 16;  // this warp's first row
+  const int qw0 = q0 + warp * 16 * MT;  // this warp's first row
   const KeyRange keys = visible_keys(f.mask, q0, q_last);
   const int tile_begin = keys.begin / BK;
   const int tile_end = keys.end > keys.begin ? (keys.end + BK - 1) / BK : tile_begin;
 
   // Q/dO rows as A operand; K/V as B operand (plain for S, dP; transposed for dS·K).
-  const LdsmAddr<kChunks> q_a(sQ + warp * 16 * kChunks * 16, lane & 15, lane >> 4);
+  const LdsmAddr<kChunks> q_a(sQ + warp * 16 * MT * kChunks * 16, lane & 15, lane >> 4);
   const LdsmAddr<kChunks> k_b(sStage, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const LdsmAddr<kChunks> k_t(sStage, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
-  // lse·log2e and Δ of the two rows (g, g + 8) this thread holds; rows are padded.
+  // lse·log2e and Δ of the rows (g, g + 8 of each m-tile) this thread holds; rows are
+  // padded to whole tiles.
   const int64_t row_base = (batch * f.heads_q + head) * rows_pad + qw0 + g;
-  const float lse_r[2] = {lse2[row_base], lse2[row_base + 8]};
-  const float delta_r[2] = {delta[row_base], delta[row_base + 8]};
+  float lse_r[MT][2], delta_r[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      lse_r[mt][h] = lse2[row_base + mt * 16 + h * 8];
+      delta_r[mt][h] = delta[row_base + mt * 16 + h * 8];
+    }
 
   auto load_kv = [&](int tile, int stage) {
     const uint32_t st = sStage + stage * kStage;
@@ -80,11 +87,13 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
                                            f.head_dim_v);
   };
 
-  float acc[OT][4];
+  float acc[MT][OT][4];
 #pragma unroll
-  for (int nt = 0; nt < OT; ++nt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 
   if (tile_begin < tile_end) {
     load_tile_async<BQ, kChunks, kThreads>(sQ, q, f.q_stride[1], q0, sq, f.head_dim);
@@ -101,61 +110,76 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
     if (tile + 1 < tile_end) load_kv(tile + 1, stage ^ 1);
     cp_async_commit();
 
-    // A warp whose 16 rows see no key of this tile skips it (causal diagonal).
-    const KeyRange wkeys = visible_keys(f.mask, qw0, qw0 + 15);
+    // A warp whose rows see no key of this tile skips it (causal diagonal).
+    const KeyRange wkeys = visible_keys(f.mask, qw0, qw0 + 16 * MT - 1);
     if (wkeys.end <= k0 || wkeys.begin >= k0 + BK || wkeys.end <= wkeys.begin) continue;
     const uint32_t st = stage * kStage;
 
     // ---- S = Q·Kᵀ and dP = dO·Vᵀ -------------------------------------------------------
-    float s[NT][4], dp[NT][4];
+    float s[MT][NT][4], dp[MT][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = 0.f;
-        dp[nt][e] = 0.f;
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] = 0.f;
+          dp[mt][nt][e] = 0.f;
+        }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t aq[4], ado[4];
-      ldmatrix_x4(aq, q_a(0, kk * 2));
-      ldmatrix_x4(ado, q_a(0, kk * 2) + BQ * D * 2);
+      uint32_t aq[MT][4], ado[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ldmatrix_x4(aq[mt], q_a(mt * 16, kk * 2));
+        ldmatrix_x4(ado[mt], q_a(mt * 16, kk * 2) + BQ * D * 2);
+      }
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
         uint32_t b[4];
         ldmatrix_x4(b, k_b(nt2 * 16, kk * 2) + st);
-        mma_16816<T>(s[2 * nt2], aq, b[0], b[1]);
-        mma_16816<T>(s[2 * nt2 + 1], aq, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(s[mt][2 * nt2], aq[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * nt2 + 1], aq[mt], b[2], b[3]);
+        }
         ldmatrix_x4(b, k_b(nt2 * 16, kk * 2) + st + kTileKv);
-        mma_16816<T>(dp[2 * nt2], ado, b[0], b[1]);
-        mma_16816<T>(dp[2 * nt2 + 1], ado, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dp[mt][2 * nt2], ado[mt], b[0], b[1]);
+          mma_16816<T>(dp[mt][2 * nt2 + 1], ado[mt], b[2], b[3]);
+        }
       }
     }
 
     // ---- dS (accumulator rows = queries, columns = keys) ------------------------------
-    const bool full = tile_fully_visible(f.mask, qw0, qw0 + 15, k0, k0 + BK - 1);
+    const bool full = tile_fully_visible(f.mask, qw0, qw0 + 16 * MT - 1, k0, k0 + BK - 1);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float ds;
-        grad.template operator()<false>(s[nt][e], dp[nt][e], lse_r[e >> 1], delta_r[e >> 1],
-                                        ds);
-        if (!full) {
-          const int row = qw0 + g + (e >= 2 ? 8 : 0);
-          const int key = k0 + nt * 8 + tig * 2 + (e & 1);
-          if (!key_visible(f.mask, row, key)) ds = 0.f;
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float ds;
+          grad.template operator()<false>(s[mt][nt][e], dp[mt][nt][e], lse_r[mt][e >> 1],
+                                          delta_r[mt][e >> 1], ds);
+          if (!full) {
+            const int row = qw0 + mt * 16 + g + (e >= 2 ? 8 : 0);
+            const int key = k0 + nt * 8 + tig * 2 + (e & 1);
+            if (!key_visible(f.mask, row, key)) ds = 0.f;
+          }
+          dp[mt][nt][e] = ds;
         }
-        dp[nt][e] = ds;
-      }
-    uint32_t df[KS][4];
+    uint32_t df[MT][KS][4];
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-      df[kk][0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
-      df[kk][1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
-      df[kk][2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-      df[kk][3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-    }
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        df[mt][kk][0] = pack2<T>(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
+        df[mt][kk][1] = pack2<T>(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
+        df[mt][kk][2] = pack2<T>(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
+        df[mt][kk][3] = pack2<T>(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
+      }
 
     // ---- dQ += dS·K ---------------------------------------------------------------------
 #pragma unroll
@@ -164,8 +188,11 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
       for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, k_t(kk * 16, nt2 * 2) + st);
-        mma_16816<T>(acc[2 * nt2], df[kk], b[0], b[1]);
-        mma_16816<T>(acc[2 * nt2 + 1], df[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc[mt][2 * nt2], df[mt][kk], b[0], b[1]);
+          mma_16816<T>(acc[mt][2 * nt2 + 1], df[mt][kk], b[2], b[3]);
+        }
       }
     }
   }
@@ -173,18 +200,20 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
   // ---- store dQ·scale --------------------------------------------------------------------
   T* dq = static_cast<T*>(p.dq) + batch * f.q_stride[0] + head * f.q_stride[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = qw0 + g + h * 8;
-    if (row >= sq) continue;
-    T* dq_row = dq + (int64_t)row * f.q_stride[1];
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < OT; ++nt) {
-      const int col = nt * 8 + tig * 2;
-      if (col < f.head_dim)
-        *reinterpret_cast<uint32_t*>(dq_row + col) =
-            pack2<T>(acc[nt][2 * h] * f.scale, acc[nt][2 * h + 1] * f.scale);
+    for (int h = 0; h < 2; ++h) {
+      const int row = qw0 + mt * 16 + g + h * 8;
+      if (row >= sq) continue;
+      T* dq_row = dq + (int64_t)row * f.q_stride[1];
+#pragma unroll
+      for (int nt = 0; nt < OT; ++nt) {
+        const int col = nt * 8 + tig * 2;
+        if (col < f.head_dim)
+          *reinterpret_cast<uint32_t*>(dq_row + col) =
+              pack2<T>(acc[mt][nt][2 * h] * f.scale, acc[mt][nt][2 * h + 1] * f.scale);
+      }
     }
-  }
 }
 
 template <class T, class C>

@@ -2,16 +2,26 @@
 # One device call for the cuda backward: build everything (cpu off), the cross-backend
 # suite's backward cases on cuda, determinism + finite differences, compute-sanitizer,
 # timing beside torch SDPA. Logs in $OUT (or ./out). Steps from $STEPS.
-#   STEPS="build suite check sanitize bench torch" bash tests/cuda/device_bwd.sh
+#   STEPS="build suite check sanitize bench ncu torch" bash tests/cuda/device_bwd.sh
+#   STEPS=variants VARIANTS="a:-DFLASH_BWD_KV_TUNE_64=8,1,64;b:..." bash tests/cuda/device_bwd.sh
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-build suite check bench torch}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
-git log --oneline -1
 if has build; then
-  bash .ci/device_build.sh -DFLASHATTN_CPU=OFF -DFLASHATTN_BENCH=OFF ${CMAKE_EXTRA:-} \
-    > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+  # .ci/device_build.sh's configure, but only the targets this script runs (other
+  # work-in-progress tests need not compile for the backward to be checked).
+  root=$(pwd)
+  export CMAKE_PREFIX_PATH="$root/.carry/hwy/usr" PKG_CONFIG_PATH="$root/.carry/hwy/usr/lib/x86_64-linux-gnu/pkgconfig"
+  export LD_LIBRARY_PATH="$root/.carry/hwy/usr/lib/x86_64-linux-gnu"
+  sed -i "s|^prefix=.*|prefix=$root/.carry/hwy/usr|" "$PKG_CONFIG_PATH"/*.pc 2>/dev/null || true
+  { cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CPU=OFF \
+      -DFLASHATTN_CUDA=ON -DFLASHATTN_HIP=OFF -DFLASHATTN_BENCH=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} &&
+    cmake --build build-device -j16 --target flashattn_tests flashattn_cuda \
+      cuda_backward_check cuda_backward_bench; } > "$OUT/build.log" 2>&1 ||
+    { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
   echo "build ok"
 fi
 MOD=$(find build-device -name libflashattn_cuda.so | head -1)
@@ -32,8 +42,37 @@ if has sanitize; then
   done
 fi
 if has bench; then
-  $T/cuda_module_bench "$MOD" --backward --dims ${DIMS:-64 128} \
+  $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} \
     --seqlens ${SEQLENS:-1024 2048 4096 8192 16384} 2>&1 | tee "$OUT/bench.log"
+fi
+if has ncu; then  # time of each backward kernel (one launch each), S=4096
+  ncu --clock-control none --metrics gpu__time_duration.sum -k regex:bwd_ --launch-skip 12 \
+    --launch-count 12 --csv $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} --seqlens 4096 \
+    --iters 2 > "$OUT/ncu.csv" 2>&1
+  python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; k = head.index("Kernel Name"); v = head.index("Metric Value")
+for r in rows[1:]: print(f"{r[k][:60]:60} {float(r[v].replace(',', '')) / 1e3:9.1f} us")
+PY
+fi
+# Tile-config variants: VARIANTS="name:-DFLASH_BWD_KV_TUNE_64=8,1,64 -D... ;name2:..."
+if has variants; then
+  IFS=';' read -ra vs <<< "${VARIANTS:-}"
+  for v in "${vs[@]}"; do
+    name=${v%%:*}; defs=${v#*:}
+    ( cmake -S backends/cuda -B build-var-$name -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 \
+        "-DCMAKE_CUDA_FLAGS=$defs" > "$OUT/var-$name.log" 2>&1 &&
+      cmake --build build-var-$name -j8 --target flashattn_cuda cuda_backward_bench \
+        >> "$OUT/var-$name.log" 2>&1 || echo "variant $name failed to build" ) &
+  done
+  wait
+  for v in "${vs[@]}"; do
+    name=${v%%:*}
+    echo "== variant $name: ${v#*:}"
+    build-var-$name/tests/cuda/cuda_backward_bench build-var-$name/libflashattn_cuda.so \
+      --dims ${DIMS:-64 128} --seqlens ${VAR_SEQLENS:-2048 8192} 2>&1 | grep ours
+  done
 fi
 if has torch; then
   cp /dev/null "$OUT/torch.log"

@@ -1,0 +1,136 @@
+// Times the cuda module's backward alone on FlashAttention's benchmark shapes
+// (batch*seqlen = 16384, heads*head_dim = 2048, packed [B,S,H,D], device pointers,
+// random inputs, median of CUDA-event timings). O and lse come from the module's
+// forward; if the forward fails (e.g. a forward config being tuned), lse is set to
+// ln(Skv) + 1 and O to random values: the backward's time does not depend on them.
+// FLOPs: 2.5 x forward (4·B·H·S²·D, half for causal). Run torch_sdpa.py --backward in
+// the same device call and compare ratios (tests/cuda/device_bwd.sh does both).
+//   cuda_backward_bench <libflashattn_cuda.so> [--dims 64 128] [--seqlens 1024 ...]
+//                       [--dtype bf16|f16|f32] [--iters N]
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "module_loader.hpp"
+
+namespace {
+
+__global__ void fill_random(void* p, size_t n, unsigned seed, int dtype) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    const float f = (x & 0xffffff) / float(0x1000000) * 2.f - 1.f;
+    if (dtype == FLASH_F16) static_cast<__half*>(p)[i] = __float2half(f);
+    else if (dtype == FLASH_BF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
+    else static_cast<float*>(p)[i] = f;
+  }
+}
+__global__ void fill_value(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    p[i] = v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const flash_backend_module* m = load_cuda_module(argv[1]);
+  if (!m) return 1;
+  flash_message reason{}, detail{};
+  if (!m->probe(&reason, &detail)) {
+    std::printf("SKIP: %s\n", reason.text);
+    return 77;
+  }
+  int dtype = FLASH_BF16, iters = 20;
+  std::vector<int> dims = {64, 128}, seqlens = {1024, 2048, 4096, 8192, 16384};
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto list = [&](std::vector<int>& out) {
+      out.clear();
+      while (i + 1 < argc && argv[i + 1][0] != '-') out.push_back(std::atoi(argv[++i]));
+    };
+    if (a == "--dims") list(dims);
+    else if (a == "--seqlens") list(seqlens);
+    else if (a == "--iters") iters = std::atoi(argv[++i]);
+    else if (a == "--dtype") {
+      const std::string d = argv[++i];
+      dtype = d == "f32" ? FLASH_F32 : d == "f16" ? FLASH_F16 : FLASH_BF16;
+    }
+  }
+  const char* dname = dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
+  const size_t eb = dtype == FLASH_F32 ? 4 : 2;
+  std::printf("libflashattn cuda backward on %s\n", detail.text);
+  std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %s\n", "backend", "dtype", "B", "H", "S",
+              "D", "causal", "bwd ms", "bwd TF/s", "kernels");
+  for (int D : dims)
+    for (int S : seqlens) {
+      const int B = std::max(1, 16384 / S), H = std::max(1, 2048 / D);
+      const size_t n = (size_t)B * S * H * D;
+      void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+      float* lse;
+      for (void** ptr : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) cudaMalloc(ptr, n * eb);
+      cudaMalloc(&lse, sizeof(float) * B * H * S);
+      unsigned seed = 1;
+      for (void* ptr : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(ptr, n, seed++, dtype);
+      for (int causal = 0; causal < 2; ++causal) {
+        flash_problem p{};
+        p.batch = B; p.seqlen_q = S; p.seqlen_kv = S; p.heads_q = H; p.heads_kv = H;
+        p.head_dim = D; p.head_dim_v = D; p.dtype = dtype; p.causal = causal;
+        p.scale = 1.f / std::sqrt((float)D); p.window_left = -1; p.window_right = -1;
+        const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
+        for (int j = 0; j < 3; ++j)
+          p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
+        p.lse = lse;
+        flash_message msg{}, choice{};
+        m->choose(&p, FLASH_BACKWARD, &choice);
+        const bool fwd_ok = m->forward(&p, q, k, v, o, &msg) == FLASH_OK &&
+                            cudaDeviceSynchronize() == cudaSuccess;
+        if (!fwd_ok) {
+          cudaGetLastError();
+          fill_value<<<1024, 256>>>(lse, (size_t)B * H * S, std::log((float)S) + 1.f);
+        }
+        bool ok = true;
+        auto run = [&] {
+          if (m->backward(&p, q, k, v, o, dout, lse, dq, dk, dv, &msg) != FLASH_OK) ok = false;
+        };
+        for (int w = 0; w < 3; ++w) run();
+        std::vector<float> t;
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        for (int it = 0; it < iters && ok; ++it) {
+          cudaEventRecord(a);
+          run();
+          cudaEventRecord(b);
+          cudaEventSynchronize(b);
+          float ms;
+          cudaEventElapsedTime(&ms, a, b);
+          t.push_back(ms);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
+          std::printf("backward failed: %s\n", msg.text);
+          return 1;
+        }
+        std::sort(t.begin(), t.end());
+        const float ms = t[t.size() / 2];
+        const double flops = 2.5 * 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+        std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %s%s\n", "ours", dname, B, H, S,
+                    D, causal ? "True" : "False", ms, flops / ms * 1e-9, choice.text,
+                    fwd_ok ? "" : " (synthetic lse)");
+        std::fflush(stdout);
+      }
+      for (void* ptr : {q, k, v, o, dout, dq, dk, dv, (void*)lse}) cudaFree(ptr);
+    }
+  return 0;
+}
