@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Reliability jobs of CI (called by .ci/run after .ci/test.sh; see tests/README.md):
+#   asan  clang build with ASan + UBSan (+ libFuzzer coverage), reference + cpu
+#         backends; runs the test suite (filtered, see below) and the bad-input matrix
+#   fuzz  60 s of libFuzzer on tests/fuzz/fuzz_attention (uses the asan build)
+#   tsan  clang build with TSan; runs the concurrency test with OMP_NUM_THREADS=1
+#         (libgomp/libomp are not TSan-instrumented: their team synchronisation would
+#         be reported as races, so each call runs on its calling thread)
+# Usage: bash .ci/reliability.sh [asan] [fuzz] [tsan]      (default: all three)
+# Env: FUZZ_SECONDS (default 60), JOBS (default nproc), ASAN_FILTER (gtest filter of the
+# cross-backend suite under ASan; default: the whole suite minus the largest cases).
+# Build dirs: build-rel-asan, build-rel-tsan (kept between runs: incremental).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+steps=${*:-asan fuzz tsan}
+jobs=${JOBS:-$(nproc)}
+has() { [[ " $steps " == *" $1 "* ]]; }
+start=$(date +%s)
+stamp() { echo "reliability: $1 ($(( $(date +%s) - start )) s)"; }
+
+# clang, its sanitizer/libFuzzer runtimes and LLVM's OpenMP (clang's -fopenmp).
+packages=(clang libclang-rt-14-dev libomp-dev cmake ninja-build libgtest-dev libhwy-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "reliability: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+configure() {  # dir sanitizers extra-args...
+  local dir=$1 san=$2; shift 2
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=OFF -DFLASHATTN_HIP=OFF -DFLASHATTN_BENCH=OFF \
+    -DFLASHATTN_SANITIZE="$san" "$@" >"$dir.configure.log" 2>&1 ||
+    { tail -30 "$dir.configure.log"; exit 1; }
+}
+
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+if has asan || has fuzz; then
+  # One build serves both: -fsanitize=fuzzer-no-link instruments everything for
+  # libFuzzer's coverage; the tests link without libFuzzer's main.
+  configure build-rel-asan address,undefined,fuzzer-no-link -DFLASHATTN_FUZZ=ON
+  targets=(flashattn_reliability_tests)
+  has asan && targets+=(flashattn_tests flashattn_concurrency_test)
+  has fuzz && targets+=(fuzz_attention)
+  cmake --build build-rel-asan -j"$jobs" --target "${targets[@]}" >build-rel-asan.build.log 2>&1 ||
+    { grep -B2 -A20 -m3 'error' build-rel-asan.build.log | head -80; exit 1; }
+  stamp "asan build done"
+fi
+
+if has asan; then
+  bin=build-rel-asan/tests
+  # The cross-backend suite under ASan+UBSan on reference and cpu (every SIMD target).
+  # The s1000 cases are left out: they are the same code paths as s257/s513 at ~4x
+  # the cost, and the normal build runs them.
+  filter=${ASAN_FILTER:-All/*-*s1000*}
+  "$bin/flashattn_tests" --gtest_filter="$filter" --gtest_brief=1 >build-rel-asan.suite.log 2>&1 ||
+    { tail -60 build-rel-asan.suite.log; exit 1; }
+  tail -3 build-rel-asan.suite.log
+  "$bin/flashattn_tests" --gtest_filter='-All/*' --gtest_brief=1 | tail -3   # api, validation, edge
+  stamp "asan: cross-backend suite + api tests passed"
+  rel=$bin/reliability/flashattn_reliability_tests
+  "$rel" --gtest_filter='Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*' --gtest_brief=1 | tail -3
+  stamp "asan: bad-input matrix + fuzz replay passed"
+  "$rel" --gtest_filter='AllTargets/Numerics.*:CudaBadInput.*' --gtest_brief=1 | tail -3
+  stamp "asan: numerical edge cases passed"
+  "$bin/reliability/flashattn_concurrency_test" --gtest_brief=1 | tail -3
+  for t in "$bin"/cpu/*_test; do
+    [ -x "$t" ] || continue
+    "$t" --gtest_brief=1 >"build-rel-asan.$(basename "$t").log" 2>&1 ||
+      { tail -40 "build-rel-asan.$(basename "$t").log"; exit 1; }
+  done
+  stamp "asan: concurrency + cpu kernel tests passed"
+fi
+
+if has fuzz; then
+  # New inputs go to a scratch corpus; the seed corpus in the tree is only read.
+  work=build-rel-asan/fuzz-work
+  mkdir -p "$work/corpus" "$work/artifacts"
+  build-rel-asan/tests/reliability/fuzz/fuzz_attention "$work/corpus" tests/fuzz/corpus \
+    tests/fuzz/regressions -max_total_time="${FUZZ_SECONDS:-60}" -max_len=1024 -timeout=30 \
+    -rss_limit_mb=4096 -artifact_prefix="$work/artifacts/" -print_final_stats=1 \
+    >"$work/fuzz.log" 2>&1 || {
+    tail -40 "$work/fuzz.log"
+    echo "reliability: fuzzing found a failure; the input is in $work/artifacts/ --"
+    echo "copy it to tests/fuzz/regressions/ (tests/README.md)"
+    exit 1
+  }
+  grep -E '^stat::number_of_executed_units|^stat::new_units_added' "$work/fuzz.log" || true
+  stamp "fuzz: ${FUZZ_SECONDS:-60} s without a failure"
+fi
+
+if has tsan; then
+  configure build-rel-tsan thread
+  cmake --build build-rel-tsan -j"$jobs" --target flashattn_concurrency_test >build-rel-tsan.build.log 2>&1 ||
+    { grep -B2 -A20 -m3 'error' build-rel-tsan.build.log | head -80; exit 1; }
+  stamp "tsan build done"
+  OMP_NUM_THREADS=1 build-rel-tsan/tests/reliability/flashattn_concurrency_test --gtest_brief=1 |
+    tail -3
+  stamp "tsan: concurrency test passed"
+fi
+stamp "all reliability jobs passed"
