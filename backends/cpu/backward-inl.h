@@ -82,9 +82,9 @@ HWY_INLINE void BackwardScores(float* HWY_RESTRICT st, float* HWY_RESTRICT dpt, 
 }
 
 // Loads, for one q row i of head h: Q (scaled) into qrow (and Qᵀ column r), dO into
-// dorow (and dOᵀ column r), Dᵢ = dO·O and lse·log2e. i < 0 fills a padding row.
+// dorow (and dOᵀ column r), Dᵢ and lse·log2e. i < 0 fills a padding row.
 struct BackwardRows {
-  float *qt, *qrow, *dot, *dorow, *di, *lse2, *tmp;
+  float *qt, *qrow, *dot, *dorow, *di, *lse2;
   size_t rows, d_pad, dv_pad;
 
   HWY_INLINE void Load(const CallArgs& a, int64_t b, int64_t h, int64_t i, size_t r) const {
@@ -107,10 +107,7 @@ struct BackwardRows {
     LoadRow(p.dtype, At(a.dout, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, dr);
     std::fill(dr + Dv, dr + dv_pad, 0.0f);
     for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = dr[c];
-    LoadRow(p.dtype, At(a.o, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, tmp);
-    float dsum = 0.0f;
-    for (size_t c = 0; c < Dv; ++c) dsum += dr[c] * tmp[c];
-    di[r] = dsum;
+    di[r] = a.delta[(b * p.heads_q + h) * p.seqlen_q + i];
     const float lse = a.lse[(b * p.heads_q + h) * p.seqlen_q + i];
     // A row that saw no key (lse = -inf) has P = 0: lse2 = +inf gives exactly that.
     lse2[r] = lse == -std::numeric_limits<float>::infinity()
@@ -130,16 +127,15 @@ HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, siz
   const size_t N = Tiles::kLanes, K = Tiles::kKeys;
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t d_pad = RoundUpTo(D, N), dv_pad = RoundUpTo(Dv, N);
-  const size_t sizes[] = {D * R, R * d_pad, Dv * R, R * dv_pad, R,         R,
-                          std::max(D, Dv), K * R, K * R,  K * d_pad, K * dv_pad, acc0_floats,
-                          K * dv_pad, R, R};
+  const size_t sizes[] = {D * R, R * d_pad, Dv * R,      R * dv_pad, R,          R,    K * R,
+                          K * R, K * d_pad, K * dv_pad, acc0_floats, K * dv_pad, R, R};
   size_t total = 0;
   for (size_t s : sizes) total += Workspace::RoundUp(s);
   Workspace& ws = Workspace::ForThisThread();
   ws.reset(total);
   BackwardTiles t;
   t.rows = {ws.take(D * R), ws.take(R * d_pad), ws.take(Dv * R), ws.take(R * dv_pad),
-            ws.take(R),     ws.take(R),         ws.take(std::max(D, Dv)), R, d_pad, dv_pad};
+            ws.take(R),     ws.take(R),         R,               d_pad,           dv_pad};
   t.st = ws.take(K * R);
   t.dpt = ws.take(K * R);
   t.kpack = ws.take(K * d_pad);
@@ -164,7 +160,10 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
   const flash_problem& p = *a.p;
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t d_pad = t.rows.d_pad;
-  const bool in_place = p.dtype == FLASH_F32 && k_rows == kb;
+  // In place only for f32 rows that are contiguous (one head, or D·heads small): rows
+  // 4 KiB apart alias in L1, so other layouts are packed.
+  const bool in_place = p.dtype == FLASH_F32 && k_rows == kb &&
+                        p.k_stride[1] == p.head_dim && p.v_stride[1] == p.head_dim_v;
   KvOperands op;
   if (in_place && d_pad == D) {
     const float* kp = static_cast<const float*>(At(a.k, p.dtype, p.k_stride, b, j0, hkv));
@@ -201,6 +200,39 @@ HWY_INLINE void ScoresAndGrad(const flash_problem& p, const KvOperands& kv, size
                  t.rows.lse2, t.rows.di);
 }
 
+// Prefetches Q and dO rows [i0, i0 + rows) of head h (the next q tile of pass 1).
+HWY_INLINE void PrefetchNextQTile(const flash_problem& p, const CallArgs& a, int64_t b,
+                                  int64_t h, int64_t i0, size_t rows) {
+  if (i0 >= p.seqlen_q) return;
+  const size_t n = static_cast<size_t>(std::min<int64_t>(rows, p.seqlen_q - i0));
+  const int64_t esize = static_cast<int64_t>(ElementSize(p.dtype));
+  PrefetchRows(At(a.q, p.dtype, p.q_stride, b, i0, h), p.q_stride[1] * esize, n,
+               static_cast<size_t>(p.head_dim * esize));
+  PrefetchRows(At(a.dout, p.dtype, p.o_stride, b, i0, h), p.o_stride[1] * esize, n,
+               static_cast<size_t>(p.head_dim_v * esize));
+}
+
+// Pass 0: Dᵢ = rowsum(dO∘O) for every row of one (batch, query head), once, so the
+// two passes below need not re-read O for every tile.
+HWY_INLINE void BackwardDeltaItemImpl(const Plan& plan, int64_t item) {
+  const CallArgs& a = plan.a;
+  const flash_problem& p = *a.p;
+  const int64_t b = item / p.heads_q, h = item % p.heads_q;
+  const size_t Dv = static_cast<size_t>(p.head_dim_v);
+  Workspace& ws = Workspace::ForThisThread();
+  ws.reset(2 * Workspace::RoundUp(Dv));
+  float* o_row = ws.take(Dv);
+  float* do_row = ws.take(Dv);
+  float* out = a.delta + (b * p.heads_q + h) * p.seqlen_q;
+  for (int64_t i = 0; i < p.seqlen_q; ++i) {
+    LoadRow(p.dtype, At(a.o, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, o_row);
+    LoadRow(p.dtype, At(a.dout, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, do_row);
+    float sum = 0.0f;
+    for (size_t c = 0; c < Dv; ++c) sum += do_row[c] * o_row[c];
+    out[i] = sum;
+  }
+}
+
 // Pass 1: dK and dV of one K/V block, summed over the group's heads.
 HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
   const CallArgs& a = plan.a;
@@ -228,6 +260,7 @@ HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
       const int64_t i_last = std::min<int64_t>(i0 + static_cast<int64_t>(R), p.seqlen_q) - 1;
       if (!plan.mask.any(i0, i_last, j0, j_last)) continue;
       const bool boundary = !plan.mask.all(i0, i_last, j0, j_last);
+      PrefetchNextQTile(p, a, b, h, i_last + 1, R);
       for (size_t r = 0; r < R; ++r) {
         const int64_t i = i0 + static_cast<int64_t>(r);
         row_index[r] = i <= i_last ? i : -1;
@@ -276,6 +309,15 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
     const bool boundary = !plan.mask.all(i_first, i_last, j0, j_last);
     const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
+    const int64_t j_next = j0 + static_cast<int64_t>(K);
+    if (j_next <= j_end) {
+      const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
+      const int64_t esize = static_cast<int64_t>(ElementSize(p.dtype));
+      PrefetchRows(At(a.k, p.dtype, p.k_stride, b, j_next, hkv), p.k_stride[1] * esize, next,
+                   static_cast<size_t>(p.head_dim * esize));
+      PrefetchRows(At(a.v, p.dtype, p.v_stride, b, j_next, hkv), p.v_stride[1] * esize, next,
+                   static_cast<size_t>(p.head_dim_v * esize));
+    }
     if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
     ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
     Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R},

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/cpu_plan.h"
 #include "backends/cpu/targets.h"
@@ -82,7 +83,7 @@ struct CpuBackend {
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
     const TargetKernels& t = SelectTarget();
-    CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr};
+    CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
     const Plan plan = Plan::Make(args, t.tiles);
     ParallelFor(plan.q_items(), [&](int64_t item) { t.forward_item(plan, item); });
   }
@@ -91,8 +92,12 @@ struct CpuBackend {
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
     const TargetKernels& t = SelectTarget();
-    CallArgs args{&p, q, k, v, o, nullptr, dout, lse, dq, dk, dv};
+    // Dᵢ per query row: O(batch·heads·seqlen_q), like lse (the backward is allowed
+    // per-call memory of that size; nothing of size seqlen_q x seqlen_kv).
+    std::vector<float> delta(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q));
+    CallArgs args{&p, q, k, v, o, nullptr, dout, lse, dq, dk, dv, delta.data()};
     const Plan plan = Plan::Make(args, t.tiles);
+    ParallelFor(plan.delta_items(), [&](int64_t item) { t.backward_delta_item(plan, item); });
     if (p.seqlen_kv > 0)
       ParallelFor(plan.kv_items(), [&](int64_t item) { t.backward_kv_item(plan, item); });
     ParallelFor(plan.q_items(), [&](int64_t item) { t.backward_q_item(plan, item); });

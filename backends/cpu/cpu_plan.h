@@ -65,6 +65,9 @@ struct CallArgs {
   const void* dout;
   const float* lse;  // backward input
   void *dq, *dk, *dv;
+  // Backward: Dᵢ = rowsum(dO∘O) per (b, h, i), packed like lse; filled by the delta
+  // pass before the dK/dV and dQ passes read it.
+  float* delta;
 };
 
 // How a call is cut into work items. An item of the forward and the dq pass is
@@ -106,6 +109,8 @@ struct Plan {
     hkv = bhi % a.p->heads_kv;
   }
   int64_t kv_items() const { return bh * kv_blocks; }
+  // Delta pass: one item per (batch, query head).
+  int64_t delta_items() const { return a.p->batch * a.p->heads_q; }
   void decode_kv_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& kb) const {
     kb = item % kv_blocks;  // causal: low kv blocks are seen by the most q rows
     const int64_t bhi = item / kv_blocks;

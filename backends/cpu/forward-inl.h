@@ -119,6 +119,46 @@ HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb,
   }
 }
 
+// O = α·O + P·V on a boundary tile, over exactly the keys each row sees (P is 0
+// elsewhere, but 0·NaN from a masked V row would not be). Per block of kPvMR rows, the
+// keys all of them see go through the blocked micro-kernel; the few keys at the edges
+// of each row's interval (a causal diagonal adds at most kPvMR-1 per row) go row by row.
+HWY_INLINE void BoundaryPv(const float* st, size_t R, size_t kb, const float* lo_rel,
+                           const float* hi_rel, const float* alpha, const float* vpack,
+                           float* o, size_t dv_pad) {
+  constexpr size_t MR = Tiles::kPvMR;
+  const int64_t kb_last = static_cast<int64_t>(kb) - 1;
+  auto first = [&](size_t r) { return std::max<int64_t>(static_cast<int64_t>(lo_rel[r]), 0); };
+  auto last = [&](size_t r) { return std::min<int64_t>(static_cast<int64_t>(hi_rel[r]), kb_last); };
+  // Keys [j_lo, j_hi] of row r, scaled (α) on the first product touching the row.
+  auto row_part = [&](size_t r, int64_t j_lo, int64_t j_hi, CMode mode) {
+    const size_t count = j_hi >= j_lo ? static_cast<size_t>(j_hi - j_lo + 1) : 0;
+    const size_t f = count ? static_cast<size_t>(j_lo) : 0;
+    if (count == 0 && mode == CMode::kAccumulate) return;
+    Gemm<1, Tiles::kPvNR>(1, dv_pad, count, StridedA{st + f * R + r, 1, R},
+                          BOperand{vpack, 0, kb, f}, o + r * dv_pad, dv_pad, mode, alpha + r);
+  };
+  for (size_t r0 = 0; r0 < R; r0 += MR) {
+    int64_t common_lo = 0, common_hi = kb_last;
+    for (size_t r = r0; r < r0 + MR; ++r) {
+      common_lo = std::max(common_lo, first(r));
+      common_hi = std::min(common_hi, last(r));
+    }
+    if (common_lo > common_hi) {
+      for (size_t r = r0; r < r0 + MR; ++r) row_part(r, first(r), last(r), CMode::kScaleAccumulate);
+      continue;
+    }
+    const size_t c0 = static_cast<size_t>(common_lo);
+    Gemm<MR, Tiles::kPvNR>(MR, dv_pad, static_cast<size_t>(common_hi - common_lo + 1),
+                           StridedA{st + c0 * R + r0, 1, R}, BOperand{vpack, 0, kb, c0},
+                           o + r0 * dv_pad, dv_pad, CMode::kScaleAccumulate, alpha + r0);
+    for (size_t r = r0; r < r0 + MR; ++r) {
+      row_part(r, first(r), common_lo - 1, CMode::kAccumulate);
+      row_part(r, common_hi + 1, last(r), CMode::kAccumulate);
+    }
+  }
+}
+
 // Packs Qᵀ (d-major, `rows` columns) for the stacked rows of one item, scaled.
 // row_index[r] = query position of row r or -1 for padding; head of row r is
 // first_head + r / rows_per_head.
@@ -229,17 +269,7 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
                                        BOperand{vpack, 0, kb, 0}, o, dv_pad,
                                        CMode::kScaleAccumulate, alpha);
     } else {
-      // Row by row over exactly the keys the row sees (P is 0 elsewhere, but 0·NaN
-      // from a masked V row would not be).
-      for (size_t r = 0; r < R; ++r) {
-        const int64_t first = std::max<int64_t>(static_cast<int64_t>(lo_rel[r]), 0);
-        const int64_t last = std::min<int64_t>(static_cast<int64_t>(hi_rel[r]), kb - 1);
-        const size_t count = last >= first ? static_cast<size_t>(last - first + 1) : 0;
-        const size_t f = count ? static_cast<size_t>(first) : 0;
-        Gemm<1, Tiles::kPvNR>(1, dv_pad, count, StridedA{st + f * R + r, 1, R},
-                              BOperand{vpack, 0, kb, f}, o + r * dv_pad, dv_pad,
-                              CMode::kScaleAccumulate, alpha + r);
-      }
+      BoundaryPv(st, R, kb, lo_rel, hi_rel, alpha, vpack, o, dv_pad);
     }
   }
 

@@ -16,6 +16,7 @@ HWY_BEFORE_NAMESPACE();
 namespace flash::cpu::HWY_NAMESPACE {
 
 void ForwardItem(const Plan& plan, int64_t item) { ForwardItemImpl(plan, item); }
+void BackwardDeltaItem(const Plan& plan, int64_t item) { BackwardDeltaItemImpl(plan, item); }
 void BackwardKvItem(const Plan& plan, int64_t item) { BackwardKvItemImpl(plan, item); }
 void BackwardQItem(const Plan& plan, int64_t item) { BackwardQItemImpl(plan, item); }
 TargetTiles GetTiles() { return MakeTargetTiles(); }
@@ -46,6 +47,7 @@ HWY_AFTER_NAMESPACE();
 namespace flash::cpu {
 
 HWY_EXPORT(ForwardItem);
+HWY_EXPORT(BackwardDeltaItem);
 HWY_EXPORT(BackwardKvItem);
 HWY_EXPORT(BackwardQItem);
 HWY_EXPORT(GetTiles);
@@ -81,7 +83,8 @@ std::vector<TargetKernels> Discover() {
     const size_t i = TableIndex(n.target);
     if (!HWY_DISPATCH_TABLE(ForwardItem)[i]) continue;
     out.push_back({n.name, n.target, HWY_DISPATCH_TABLE(GetTiles)[i](),
-                   HWY_DISPATCH_TABLE(ForwardItem)[i], HWY_DISPATCH_TABLE(BackwardKvItem)[i],
+                   HWY_DISPATCH_TABLE(ForwardItem)[i], HWY_DISPATCH_TABLE(BackwardDeltaItem)[i],
+                   HWY_DISPATCH_TABLE(BackwardKvItem)[i],
                    HWY_DISPATCH_TABLE(BackwardQItem)[i], HWY_DISPATCH_TABLE(Exp2Array)[i]});
   }
   return out;

@@ -16,6 +16,7 @@ struct TargetKernels {
   int64_t hwy_target;   // HWY_AVX3, ...
   TargetTiles tiles;
   void (*forward_item)(const Plan&, int64_t item);
+  void (*backward_delta_item)(const Plan&, int64_t item);
   void (*backward_kv_item)(const Plan&, int64_t item);
   void (*backward_q_item)(const Plan&, int64_t item);
   void (*exp2)(const float* in, float* out, size_t n);  // for tests
