@@ -54,6 +54,13 @@ void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
   raise_on_failure(status, *selection.slot, error);
 }
 
+Plan explain(const AttentionDesc& desc, bool backward, const void* q) {
+  const flash_problem problem = detail::validate_descriptor(desc);
+  const detail::Selection s =
+      detail::select_backend(desc.backend, problem, q, backward ? FLASH_BACKWARD : FLASH_FORWARD);
+  return {s.slot->id, s.kernel, s.reason};
+}
+
 std::vector<BackendInfo> backends() {
   std::vector<BackendInfo> out;
   for (const detail::BackendSlot& s : detail::registry())

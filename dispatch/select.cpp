@@ -82,7 +82,7 @@ Selection select_backend(Backend in_desc, const flash_problem& problem, const vo
     }
     log_line(line);
   }
-  return {&chosen, decision.text};
+  return {&chosen, decision.text, why};
 }
 
 }  // namespace flash::detail

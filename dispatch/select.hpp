@@ -12,6 +12,7 @@ namespace flash::detail {
 struct Selection {
   const BackendSlot* slot;
   std::string kernel;  // what the backend's choose() picked
+  std::string reason;  // why this backend (requested by ..., or q's memory)
 };
 
 // Throws flash::Error when the requested backend is unavailable or declines.

@@ -199,6 +199,12 @@ Views resolve_views(const AttentionDesc& d, flash_problem& p) {
 
 bool is_empty(const flash_problem& p) { return p.seqlen_q == 0 || p.batch == 0; }
 
+flash_problem validate_descriptor(const AttentionDesc& desc) {
+  flash_problem p = validate_common(desc);
+  resolve_views(desc, p);
+  return p;
+}
+
 flash_problem validate_forward(const AttentionDesc& desc, const ForwardArgs& a) {
   flash_problem p = validate_common(desc);
   Views t = resolve_views(desc, p);

@@ -31,6 +31,9 @@ struct BackwardArgs {
 flash_problem validate_forward(const AttentionDesc& desc, const ForwardArgs& args);
 flash_problem validate_backward(const AttentionDesc& desc, const BackwardArgs& args);
 
+// The descriptor alone (no pointers): what explain() needs.
+flash_problem validate_descriptor(const AttentionDesc& desc);
+
 // True when the call has no work (seqlen_q == 0 or batch == 0).
 bool is_empty(const flash_problem& p);
 

@@ -130,3 +130,23 @@ TEST(Dispatch, LogIsSilentByDefault) {
 
 }  // namespace
 }  // namespace flash::test
+
+namespace flash::test {
+namespace {
+
+TEST(Explain, ReportsTheBackendAndKernelWithoutRunning) {
+  AttentionDesc d;
+  d.seqlen_q = 5;
+  d.seqlen_kv = 7;
+  d.head_dim = 16;
+  d.backend = Backend::reference;
+  const Plan plan = explain(d);
+  EXPECT_EQ(plan.backend, Backend::reference);
+  EXPECT_FALSE(plan.kernel.empty());
+  EXPECT_NE(plan.reason.find("desc.backend=reference"), std::string::npos) << plan.reason;
+  d.head_dim = 0;
+  EXPECT_THROW(explain(d), Error);
+}
+
+}  // namespace
+}  // namespace flash::test

@@ -86,6 +86,18 @@ struct BackendInfo {
   std::string detail;  // device name, SIMD target, ...
 };
 
+// What attention() (or attention_backward(), with backward = true) would run for this
+// descriptor, without running it: the backend, its kernel/config name, and why that
+// backend. q (optional) is used only for automatic selection by memory location.
+// Throws flash::Error exactly as the call would (pointers other than q unchecked).
+struct Plan {
+  Backend backend;
+  std::string kernel;
+  std::string reason;
+};
+FLASH_API Plan explain(const AttentionDesc& desc, bool backward = false,
+                       const void* q = nullptr);
+
 // Every backend this build knows, available or not.
 FLASH_API std::vector<BackendInfo> backends();
 
