@@ -134,7 +134,9 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
       } else {
         try {
           bench::Workload workload(row.desc, backward, *dev, inputs);
-          const bench::TimingPlan plan{1, options_.iters, options_.max_seconds};
+          bench::TimingPlan plan;
+          plan.max_runs = options_.iters;
+          plan.max_seconds = options_.max_seconds;
           const std::vector<double> times = bench::time_workload(workload, *dev, plan);
           row.status = "ok";
           row.kernel = info->detail;

@@ -64,7 +64,7 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
     line.push_back(r.backend);
     if (!r.ok()) {
       line.push_back(r.status);
-      for (size_t i = 0; i < 6; ++i) line.push_back("");
+      line.resize(header.size());  // the status spans the numeric columns
     } else {
       line.push_back(r.kernel);
       line.push_back(std::to_string(r.runs));
