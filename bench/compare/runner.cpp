@@ -13,7 +13,8 @@
 namespace compare {
 namespace {
 
-constexpr double kGiga = 1e9;
+constexpr double kGiga = 1e9, kTera = 1e12;
+constexpr double kSecondsPerMs = 1e-3;
 
 bool stderr_is_terminal() {
   static const bool tty = isatty(fileno(stderr)) != 0;
@@ -42,8 +43,8 @@ void fill_rates(Row& row, double median_ms) {
   const double flops = row.backward ? bench::backward_flops(d) : bench::forward_flops(d);
   const double bytes = row.backward ? bench::backward_bytes(d) : bench::forward_bytes(d, false);
   row.median_ms = median_ms;
-  row.tflops = median_ms > 0 ? flops / (median_ms * 1e-3) / 1e12 : 0.0;
-  row.gbps = median_ms > 0 ? bytes / (median_ms * 1e-3) / kGiga : 0.0;
+  row.tflops = median_ms > 0 ? flops / (median_ms * kSecondsPerMs) / kTera : 0.0;
+  row.gbps = median_ms > 0 ? bytes / (median_ms * kSecondsPerMs) / kGiga : 0.0;
 }
 
 std::string failure_status(const std::exception& e) {
@@ -122,7 +123,7 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
         row.kernel = info->detail + " [" + oracle->coverage() + "]";
         row.runs = 1;
         row.median_ms = row.min_ms = oracle->reference_ms();
-        row.tflops = oracle->reference_flops() / (row.median_ms * 1e-3) / 1e12;
+        row.tflops = oracle->reference_flops() / (row.median_ms * kSecondsPerMs) / kTera;
         row.check.coverage = oracle->coverage();
       }
     } else {
