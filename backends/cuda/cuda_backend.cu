@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -77,15 +79,25 @@ struct DeviceInfo {
   std::string name;
 };
 
+// Properties of the current device, queried once per device: cudaGetDeviceProperties
+// costs tens of microseconds, which would show in every call of a short problem.
 DeviceInfo current_device() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
   DeviceInfo info;
-  check_cuda(cudaGetDevice(&info.device), "cudaGetDevice");
+  info.device = device;
   cudaDeviceProp prop;
-  check_cuda(cudaGetDeviceProperties(&prop, info.device), "cudaGetDeviceProperties");
+  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   info.major = prop.major;
   info.minor = prop.minor;
   info.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   info.name = prop.name;
+  cache.emplace(device, info);
   return info;
 }
 

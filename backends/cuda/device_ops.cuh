@@ -5,12 +5,18 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 namespace flash::cuda {
+
+// exp(x) = exp2(x * log2(e)): the kernels fold log2(e) into the softmax scale once.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -164,6 +170,20 @@ __device__ __forceinline__ void load_tile_async(uint32_t smem_base, const T* g, 
       cp_async_16(tile_addr<kChunks>(smem_base, r, c), src, valid);
     }
   }
+}
+
+// Raises a kernel's dynamic shared-memory limit once per device (host side; the call
+// is not free, and every launch would otherwise repeat it). Keyed by the kernel itself
+// (a template argument), so each kernel has its own flag. Devices 0..63.
+template <auto kKernel>
+inline void set_max_dynamic_smem_once(int bytes) {
+  static std::atomic<uint64_t> done{0};
+  int device = 0;
+  cudaGetDevice(&device);
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (done.load(std::memory_order_acquire) & bit) return;
+  cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 }  // namespace flash::cuda

@@ -160,7 +160,7 @@ void launch_fwd_f32(const FwdParams& params, int batch, cudaStream_t stream) {
   using C = FwdF32Config;
   constexpr int kSmem = FwdF32Smem<kDim>::kBytes;
   auto kernel = fwd_f32_kernel<kDim>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  set_max_dynamic_smem_once<fwd_f32_kernel<kDim>>(kSmem);
   const int num_qblocks = (params.mask.seqlen_q + C::kBlockQ - 1) / C::kBlockQ;
   FwdParams p = params;
   for (int b0 = 0; b0 < batch; b0 += 65535) {

@@ -44,8 +44,7 @@ struct BwdParams {
   void* dq;
   void* dk;
   void* dv;
-  float* dq_accum;  // f32 workspace [batch, heads_q, seqlen_q, head_dim] (packed)
-  float* delta;     // f32 workspace [batch, heads_q, seqlen_q]: rowsum(dO * O)
+  float* delta;  // f32 workspace [batch, heads_q, seqlen_q]: rowsum(dO * O)
   int heads_kv;
 };
 

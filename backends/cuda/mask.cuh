@@ -24,6 +24,20 @@ __host__ __device__ inline KeyRange visible_keys(const MaskParams& m, int row_fi
   return {(int)lo, (int)(hi < lo ? lo : hi)};
 }
 
+// Query rows [begin, end) that see any key of [key_first, key_last] (the band inverted:
+// row i sees key j iff i ∈ [j - offset - right, j - offset + left]).
+__host__ __device__ inline KeyRange visible_rows(const MaskParams& m, int key_first,
+                                                 int key_last) {
+  if (key_last >= m.seqlen_kv) key_last = m.seqlen_kv - 1;
+  if (key_first > key_last) return {0, 0};
+  if (!m.bounded) return {0, m.seqlen_q};
+  int64_t lo = (int64_t)key_first - m.diag_offset - m.right;
+  int64_t hi = (int64_t)key_last - m.diag_offset + m.left + 1;
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > m.seqlen_q ? m.seqlen_q : hi;
+  return {(int)lo, (int)(hi < lo ? lo : hi)};
+}
+
 // True when every (row, key) of the tile is visible, so masking can be skipped.
 __host__ __device__ inline bool tile_fully_visible(const MaskParams& m, int row_first,
                                                    int row_last, int key_first, int key_last) {

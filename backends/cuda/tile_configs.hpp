@@ -21,7 +21,7 @@ struct FwdMmaConfig;
 #define FLASH_FWD_TUNE_32 128, 128, 4
 #endif
 #ifndef FLASH_FWD_TUNE_64
-#define FLASH_FWD_TUNE_64 128, 64, 4
+#define FLASH_FWD_TUNE_64 128, 128, 4
 #endif
 #ifndef FLASH_FWD_TUNE_96
 #define FLASH_FWD_TUNE_96 128, 64, 4
@@ -30,13 +30,13 @@ struct FwdMmaConfig;
 #define FLASH_FWD_TUNE_128 128, 64, 4
 #endif
 #ifndef FLASH_FWD_TUNE_160
-#define FLASH_FWD_TUNE_160 128, 64, 8
+#define FLASH_FWD_TUNE_160 64, 64, 4
 #endif
 #ifndef FLASH_FWD_TUNE_192
-#define FLASH_FWD_TUNE_192 128, 64, 8
+#define FLASH_FWD_TUNE_192 64, 64, 4
 #endif
 #ifndef FLASH_FWD_TUNE_256
-#define FLASH_FWD_TUNE_256 128, 64, 8
+#define FLASH_FWD_TUNE_256 64, 64, 4
 #endif
 #define FLASH_FWD_CONFIG_X(D, ...) FLASH_FWD_CONFIG(D, __VA_ARGS__)
 FLASH_FWD_CONFIG_X(32, FLASH_FWD_TUNE_32)

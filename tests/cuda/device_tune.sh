@@ -7,7 +7,10 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 IFS=';' read -ra vs <<< "$VARIANTS"
 for v in "${vs[@]}"; do
   name=${v%%:*}; spec=${v#*:}; hdr=$PWD/tune-$name.h; : > "$hdr"
-  for t in $spec; do echo "#define FLASH_FWD_TUNE_${t%%=*} ${t#*=}" >> "$hdr"; done
+  for t in $spec; do
+    if [[ $t == FLASH_* ]]; then echo "#define ${t%%=*} ${t#*=}" >> "$hdr"  # any macro
+    else echo "#define FLASH_FWD_TUNE_${t%%=*} ${t#*=}" >> "$hdr"; fi
+  done
   flags="-include $hdr"
   ( cmake -S backends/cuda -B build-tune-$name -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 \
       "-DCMAKE_CUDA_FLAGS=$flags" > "$OUT/tune-build-$name.log" 2>&1 &&
