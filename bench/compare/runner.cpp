@@ -140,7 +140,8 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
           plan.max_seconds = options_.max_seconds;
           const std::vector<double> times = bench::time_workload(workload, *dev, plan);
           row.status = "ok";
-          row.kernel = info->detail;
+          // The kernel/config the backend's choose() picked for exactly this problem.
+          row.kernel = flash::explain(row.desc, backward).kernel;
           row.runs = static_cast<int>(times.size());
           row.min_ms = *std::min_element(times.begin(), times.end());
           fill_rates(row, bench::median(times));
