@@ -25,62 +25,79 @@ struct BwdQConfig;
 
 // kMTiles: m16 tiles per warp. Two halve the shared-memory traffic per mma (each B
 // fragment feeds both) but double the accumulator registers.
-#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ)                                              \
+#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ, MINB)                                        \
   template <>                                                                          \
   struct BwdKvConfig<D> {                                                              \
     static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockQ = BQ;             \
+    static constexpr int kMinBlocks = MINB; /* per SM: caps registers per thread */    \
     static constexpr int kBlockKV = 16 * W * MT;                                       \
-    static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_m" #MT "_q" #BQ;  \
+    static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_m" #MT "_q" #BQ "_b" #MINB; \
   };
-#define FLASH_BWD_Q_CONFIG(D, W, MT, BKV)                                              \
+#define FLASH_BWD_Q_CONFIG(D, W, MT, BKV, MINB)                                        \
   template <>                                                                          \
   struct BwdQConfig<D> {                                                               \
     static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockKV = BKV;           \
+    static constexpr int kMinBlocks = MINB;                                            \
     static constexpr int kBlockQ = 16 * W * MT;                                        \
-    static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_m" #MT "_kv" #BKV; \
+    static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_m" #MT "_kv" #BKV "_b" #MINB; \
   };
 // Tuning builds may override one, e.g. -DFLASH_BWD_KV_TUNE_128=8,1,64 (warps, m-tiles,
 // query tile), or pick a set with -DFLASH_BWD_TUNE_SET=n (nvcc splits -D values at
 // commas, so command-line tuning uses the sets).
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 1
-#define FLASH_BWD_KV_TUNE_64 8, 1, 64
-#define FLASH_BWD_Q_TUNE_64 4, 1, 64
-#define FLASH_BWD_KV_TUNE_128 8, 1, 32
-#define FLASH_BWD_Q_TUNE_128 4, 1, 64
+#define FLASH_BWD_KV_TUNE_64 8, 1, 64, 1
+#define FLASH_BWD_Q_TUNE_64 4, 1, 64, 1
+#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
+#define FLASH_BWD_Q_TUNE_128 4, 1, 64, 1
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2
-#define FLASH_BWD_KV_TUNE_64 8, 2, 32
-#define FLASH_BWD_Q_TUNE_64 8, 1, 64
-#define FLASH_BWD_KV_TUNE_128 4, 1, 64
-#define FLASH_BWD_Q_TUNE_128 8, 1, 64
+#define FLASH_BWD_KV_TUNE_64 8, 2, 32, 1
+#define FLASH_BWD_Q_TUNE_64 8, 1, 64, 1
+#define FLASH_BWD_KV_TUNE_128 4, 1, 64, 1
+#define FLASH_BWD_Q_TUNE_128 8, 1, 64, 1
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 4
+#define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
+#define FLASH_BWD_Q_TUNE_64 4, 1, 64, 3
+#define FLASH_BWD_KV_TUNE_128 4, 1, 32, 2
+#define FLASH_BWD_Q_TUNE_128 4, 1, 32, 3
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5
+#define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
+#define FLASH_BWD_Q_TUNE_64 4, 1, 32, 4
+#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
+#define FLASH_BWD_Q_TUNE_128 4, 1, 64, 2
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6
+#define FLASH_BWD_KV_TUNE_64 4, 2, 32, 1
+#define FLASH_BWD_Q_TUNE_64 4, 2, 32, 2
+#define FLASH_BWD_KV_TUNE_128 4, 1, 64, 2
+#define FLASH_BWD_Q_TUNE_128 4, 2, 32, 2
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3
-#define FLASH_BWD_KV_TUNE_64 4, 2, 16
-#define FLASH_BWD_Q_TUNE_64 4, 2, 32
-#define FLASH_BWD_KV_TUNE_128 8, 1, 16
-#define FLASH_BWD_Q_TUNE_128 4, 2, 16
+#define FLASH_BWD_KV_TUNE_64 4, 2, 16, 1
+#define FLASH_BWD_Q_TUNE_64 4, 2, 32, 1
+#define FLASH_BWD_KV_TUNE_128 8, 1, 16, 1
+#define FLASH_BWD_Q_TUNE_128 4, 2, 16, 1
 #endif
 #ifndef FLASH_BWD_KV_TUNE_32
-#define FLASH_BWD_KV_TUNE_32 4, 2, 32
+#define FLASH_BWD_KV_TUNE_32 4, 2, 32, 1
 #endif
 #ifndef FLASH_BWD_KV_TUNE_64
-#define FLASH_BWD_KV_TUNE_64 4, 2, 32
+#define FLASH_BWD_KV_TUNE_64 4, 2, 32, 1
 #endif
 #ifndef FLASH_BWD_KV_TUNE_96
-#define FLASH_BWD_KV_TUNE_96 8, 1, 64
+#define FLASH_BWD_KV_TUNE_96 8, 1, 64, 1
 #endif
 #ifndef FLASH_BWD_KV_TUNE_128
-#define FLASH_BWD_KV_TUNE_128 8, 1, 64
+#define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
 #endif
 #ifndef FLASH_BWD_Q_TUNE_32
-#define FLASH_BWD_Q_TUNE_32 4, 2, 64
+#define FLASH_BWD_Q_TUNE_32 4, 2, 64, 1
 #endif
 #ifndef FLASH_BWD_Q_TUNE_64
-#define FLASH_BWD_Q_TUNE_64 4, 2, 64
+#define FLASH_BWD_Q_TUNE_64 4, 2, 64, 1
 #endif
 #ifndef FLASH_BWD_Q_TUNE_96
-#define FLASH_BWD_Q_TUNE_96 4, 2, 32
+#define FLASH_BWD_Q_TUNE_96 4, 2, 32, 1
 #endif
 #ifndef FLASH_BWD_Q_TUNE_128
-#define FLASH_BWD_Q_TUNE_128 4, 2, 32
+#define FLASH_BWD_Q_TUNE_128 4, 2, 32, 1
 #endif
 #define FLASH_BWD_CONFIG_X(M, D, ...) M(D, __VA_ARGS__)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 32, FLASH_BWD_KV_TUNE_32)

@@ -26,7 +26,7 @@
 namespace flash::cuda {
 
 template <class T, class C>
-__global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, 1)
+__global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
                   const float* __restrict__ delta, int rows_pad) {
   using Dv = BwdKvDerived<C>;

@@ -23,7 +23,7 @@
 namespace flash::cuda {
 
 template <class T, class C>
-__global__ void __launch_bounds__(BwdQDerived<C>::kThreads, 1)
+__global__ void __launch_bounds__(BwdQDerived<C>::kThreads, C::kMinBlocks)
     bwd_q_kernel(const BwdParams p, const float* __restrict__ lse2,
                  const float* __restrict__ delta, int rows_pad) {
   using Dv = BwdQDerived<C>;

@@ -56,6 +56,19 @@ head = rows[0]; k = head.index("Kernel Name"); v = head.index("Metric Value")
 for r in rows[1:]: print(f"{r[k][:60]:60} {float(r[v].replace(',', '')) / 1e3:9.1f} us")
 PY
 fi
+if has ncu2; then  # why the main kernels run at the rate they do (S=4096, not causal)
+  m=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+  m=$m,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
+  m=$m,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+  for st in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected lg_throttle dispatch_stall no_instruction; do
+    m=$m,smsp__average_warps_issue_stalled_${st}_per_issue_active.ratio
+  done
+  for d in ${DIMS:-64 128}; do
+    ncu --clock-control none --metrics $m -k regex:'bwd_(kv|q)_kernel' --launch-count 2 \
+      $T/cuda_backward_bench "$MOD" --dims $d --seqlens 4096 --iters 1 2>&1 |
+      grep -E "bwd_|pct|ratio|sum" | sed -E 's/ +/ /g' | tee -a "$OUT/ncu2.log"
+  done
+fi
 # Tile-config variants: VARIANTS="name:-DFLASH_BWD_KV_TUNE_64=8,1,64 -D... ;name2:..."
 if has variants; then
   IFS=';' read -ra vs <<< "${VARIANTS:-}"
