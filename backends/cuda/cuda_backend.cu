@@ -54,8 +54,9 @@ std::string fwd_config_name(const flash_problem& p) {
   switch (dim) {
 #define CASE(D) \
   case D: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; break;
-    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192) CASE(256)
+    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
 #undef CASE
+    case 256: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig256::kName; break;
   }
   return name + " " + dtype_name(p.dtype);
 }
@@ -66,8 +67,11 @@ int fwd_smem_bytes(const flash_problem& p) {
   case D:                                                               \
     return p.dtype == FLASH_F32 ? FwdF32Smem<D>::kBytes                 \
                                 : FwdMmaDerived<FwdMmaConfig<D>>::kSmemBytes;
-    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192) CASE(256)
+    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
 #undef CASE
+    case 256:
+      return p.dtype == FLASH_F32 ? FwdF32Smem<256>::kBytes
+                                  : FwdPairDerived<FwdPairConfig256>::kSmemBytes;
   }
   return 0;
 }

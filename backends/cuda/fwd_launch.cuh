@@ -4,6 +4,11 @@
 
 #include "fwd_f32_kernel.cuh"
 #include "fwd_mma_kernel.cuh"
+#include "fwd_mma_pair_kernel.cuh"
+
+#ifndef FLASH_FWD_PAIRS
+#define FLASH_FWD_PAIRS 1  // tuning builds may set 0: D = 256 on the plain kernel
+#endif
 
 namespace flash::cuda {
 
@@ -13,7 +18,11 @@ void launch_forward(const FwdParams& p, int batch, cudaStream_t stream) {
     launch_fwd_f32<kDim>(p, batch, stream);
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
-    launch_fwd_mma<T, FwdMmaConfig<kDim>>(p, batch, stream);
+    if constexpr (kDim == 256 && FLASH_FWD_PAIRS) {
+      launch_fwd_mma_pair<T, FwdPairConfig256>(p, batch, stream);
+    } else {
+      launch_fwd_mma<T, FwdMmaConfig<kDim>>(p, batch, stream);
+    }
   }
 }
 

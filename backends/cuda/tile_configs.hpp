@@ -65,6 +65,30 @@ struct FwdMmaDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
+// Paired-warp forward for D = 256 (fwd_mma_pair_kernel.cuh): kWarps / 2 pairs, each
+// pair owns 32 query rows; a warp computes S for half of the kBlockKV keys and O for
+// half of the value columns.
+struct FwdPairConfig256 {
+  static constexpr int kDim = 256, kBlockQ = 64, kBlockKV = 64, kWarps = 4;
+  static constexpr const char* kName = "mma_fwd_pairs_d256_q64_kv64_w4";
+};
+template <class C>
+struct FwdPairDerived {
+  static constexpr int kThreads = C::kWarps * 32;
+  static constexpr int kChunks = C::kDim / 8;
+  // Q, K, V tiles, then the exchange buffers: P halves as A fragments
+  // ([warp][2 m-tiles][kBlockKV/32 k-steps][32 lanes] x 16 bytes) and 32 row values
+  // (max, later sum) per warp.
+  static constexpr int kSmemBytes = (C::kBlockQ + 2 * C::kBlockKV) * C::kDim * 2 +
+                                    C::kWarps * 2 * (C::kBlockKV / 32) * 32 * 16 +
+                                    C::kWarps * 32 * 4;
+  static_assert(C::kBlockQ == 16 * C::kWarps, "a pair of warps owns 32 rows");
+  static_assert(C::kWarps % 2 == 0 && C::kWarps / 2 <= 15, "named barriers 1..15");
+  static_assert(C::kBlockKV % 32 == 0, "each warp's half of the keys is whole k16 steps");
+  static_assert((C::kDim / 16) % 8 == 0, "column halves start on a swizzle period");
+  static_assert(kSmemBytes <= 113 * 1024, "two blocks per sm_90 multiprocessor");
+};
+
 // f32 forward (SIMT FMA): kRowsPerWarp query rows per warp, kBlockKV = 32 keys (one
 // per lane) per tile, kWarps warps per block.
 struct FwdF32Config {
