@@ -25,79 +25,51 @@ struct BwdQConfig;
 
 // kMTiles: m16 tiles per warp. Two halve the shared-memory traffic per mma (each B
 // fragment feeds both) but double the accumulator registers.
-#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ, MINB)                                        \
-  template <>                                                                          \
-  struct BwdKvConfig<D> {                                                              \
-    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockQ = BQ;             \
-    static constexpr int kMinBlocks = MINB; /* per SM: caps registers per thread */    \
-    static constexpr int kBlockKV = 16 * W * MT;                                       \
+#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ, MINB)                                                  \
+  template <>                                                                                    \
+  struct BwdKvConfig<D> {                                                                        \
+    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockQ = BQ;                       \
+    static constexpr int kMinBlocks = MINB; /* per SM: caps registers per thread */              \
+    static constexpr int kBlockKV = 16 * W * MT;                                                 \
     static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_m" #MT "_q" #BQ "_b" #MINB; \
   };
-#define FLASH_BWD_Q_CONFIG(D, W, MT, BKV, MINB)                                        \
-  template <>                                                                          \
-  struct BwdQConfig<D> {                                                               \
-    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockKV = BKV;           \
-    static constexpr int kMinBlocks = MINB;                                            \
-    static constexpr int kBlockQ = 16 * W * MT;                                        \
+#define FLASH_BWD_Q_CONFIG(D, W, MT, BKV, MINB)                                                   \
+  template <>                                                                                     \
+  struct BwdQConfig<D> {                                                                          \
+    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockKV = BKV;                      \
+    static constexpr int kMinBlocks = MINB;                                                       \
+    static constexpr int kBlockQ = 16 * W * MT;                                                   \
     static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_m" #MT "_kv" #BKV "_b" #MINB; \
   };
-// Tuning builds may override one, e.g. -DFLASH_BWD_KV_TUNE_128=8,1,64 (warps, m-tiles,
-// query tile), or pick a set with -DFLASH_BWD_TUNE_SET=n (nvcc splits -D values at
-// commas, so command-line tuning uses the sets).
-#if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 1
-#define FLASH_BWD_KV_TUNE_64 8, 1, 64, 1
-#define FLASH_BWD_Q_TUNE_64 4, 1, 64, 1
-#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
-#define FLASH_BWD_Q_TUNE_128 4, 1, 64, 1
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2
-#define FLASH_BWD_KV_TUNE_64 8, 2, 32, 1
-#define FLASH_BWD_Q_TUNE_64 8, 1, 64, 1
-#define FLASH_BWD_KV_TUNE_128 4, 1, 64, 1
-#define FLASH_BWD_Q_TUNE_128 8, 1, 64, 1
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 4
-#define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
-#define FLASH_BWD_Q_TUNE_64 4, 1, 64, 3
-#define FLASH_BWD_KV_TUNE_128 4, 1, 32, 2
-#define FLASH_BWD_Q_TUNE_128 4, 1, 32, 3
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5
-#define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
-#define FLASH_BWD_Q_TUNE_64 4, 1, 32, 4
-#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
-#define FLASH_BWD_Q_TUNE_128 4, 1, 64, 2
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6
-#define FLASH_BWD_KV_TUNE_64 4, 2, 32, 1
-#define FLASH_BWD_Q_TUNE_64 4, 2, 32, 2
-#define FLASH_BWD_KV_TUNE_128 4, 1, 64, 2
-#define FLASH_BWD_Q_TUNE_128 4, 2, 32, 2
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3
-#define FLASH_BWD_KV_TUNE_64 4, 2, 16, 1
-#define FLASH_BWD_Q_TUNE_64 4, 2, 32, 1
-#define FLASH_BWD_KV_TUNE_128 8, 1, 16, 1
-#define FLASH_BWD_Q_TUNE_128 4, 2, 16, 1
-#endif
+// Values: warps, m16 tiles per warp, the other side's tile, min blocks per SM. The
+// backward is latency bound at 8 warps per SM (ncu: "wait" and short-scoreboard
+// stalls, 30% issue slots), so the defaults trade per-warp tile size for occupancy:
+// min blocks caps registers (4 blocks x 128 threads -> 128 registers). Sweep of
+// 2026-11-21 in RESULTS-cuda-backward.md. A tuning build may predefine one of these
+// macros (in a header: nvcc splits command-line -D values at commas).
 #ifndef FLASH_BWD_KV_TUNE_32
-#define FLASH_BWD_KV_TUNE_32 4, 2, 32, 1
+#define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
 #endif
 #ifndef FLASH_BWD_KV_TUNE_64
-#define FLASH_BWD_KV_TUNE_64 4, 2, 32, 1
+#define FLASH_BWD_KV_TUNE_64 4, 1, 32, 4
 #endif
 #ifndef FLASH_BWD_KV_TUNE_96
-#define FLASH_BWD_KV_TUNE_96 8, 1, 64, 1
+#define FLASH_BWD_KV_TUNE_96 4, 1, 32, 2
 #endif
 #ifndef FLASH_BWD_KV_TUNE_128
-#define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
+#define FLASH_BWD_KV_TUNE_128 4, 1, 32, 2
 #endif
 #ifndef FLASH_BWD_Q_TUNE_32
-#define FLASH_BWD_Q_TUNE_32 4, 2, 64, 1
+#define FLASH_BWD_Q_TUNE_32 4, 1, 64, 4
 #endif
 #ifndef FLASH_BWD_Q_TUNE_64
-#define FLASH_BWD_Q_TUNE_64 4, 2, 64, 1
+#define FLASH_BWD_Q_TUNE_64 4, 1, 64, 4
 #endif
 #ifndef FLASH_BWD_Q_TUNE_96
-#define FLASH_BWD_Q_TUNE_96 4, 2, 32, 1
+#define FLASH_BWD_Q_TUNE_96 4, 1, 32, 3
 #endif
 #ifndef FLASH_BWD_Q_TUNE_128
-#define FLASH_BWD_Q_TUNE_128 4, 2, 32, 1
+#define FLASH_BWD_Q_TUNE_128 4, 1, 32, 3
 #endif
 #define FLASH_BWD_CONFIG_X(M, D, ...) M(D, __VA_ARGS__)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 32, FLASH_BWD_KV_TUNE_32)
@@ -165,8 +137,8 @@ struct BwdSimtSmem {
   // Two row tiles (Q,dO or K,V) of kBlockRows and two of kTile rows, each row padded by
   // 4 floats so lanes reading 16 bytes of consecutive rows hit distinct bank groups.
   static constexpr int kRowFloats = kDim + 4;
-  static constexpr int kBytes = 2 * (BwdSimtConfig::kBlockRows + BwdSimtConfig::kTile) *
-                                kRowFloats * 4;
+  static constexpr int kBytes =
+      2 * (BwdSimtConfig::kBlockRows + BwdSimtConfig::kTile) * kRowFloats * 4;
 };
 
 // ---- host-side questions choose() and the launcher ask ---------------------------------
@@ -185,7 +157,8 @@ inline std::string bwd_config_name(bool is_f32, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
-  case D: return std::string(BwdKvConfig<D>::kName) + " + " + BwdQConfig<D>::kName;
+  case D:                 \
+    return std::string(BwdKvConfig<D>::kName) + " + " + BwdQConfig<D>::kName;
     FLASH_BWD_NAME(32) FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128)
 #undef FLASH_BWD_NAME
   }
@@ -193,18 +166,23 @@ inline std::string bwd_config_name(bool is_f32, int dim) {
 }
 inline int bwd_smem_bytes(bool is_f32, int dim) {
   switch (dim) {
-#define FLASH_BWD_SMEM(D)                                                                \
-  case D:                                                                                \
-    return is_f32 ? BwdSimtSmem<D>::kBytes                                                \
-                  : (BwdKvDerived<BwdKvConfig<D>>::kSmemBytes >                          \
-                             BwdQDerived<BwdQConfig<D>>::kSmemBytes                      \
-                         ? BwdKvDerived<BwdKvConfig<D>>::kSmemBytes                      \
+#define FLASH_BWD_SMEM(D)                                           \
+  case D:                                                           \
+    return is_f32 ? BwdSimtSmem<D>::kBytes                          \
+                  : (BwdKvDerived<BwdKvConfig<D>>::kSmemBytes >     \
+                             BwdQDerived<BwdQConfig<D>>::kSmemBytes \
+                         ? BwdKvDerived<BwdKvConfig<D>>::kSmemBytes \
                          : BwdQDerived<BwdQConfig<D>>::kSmemBytes);
-    FLASH_BWD_SMEM(32) FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128)
+    FLASH_BWD_SMEM(32)
+        FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128)
 #undef FLASH_BWD_SMEM
-    case 160: return is_f32 ? BwdSimtSmem<160>::kBytes : 0;
-    case 192: return is_f32 ? BwdSimtSmem<192>::kBytes : 0;
-    case 256: return is_f32 ? BwdSimtSmem<256>::kBytes : 0;
+            case 160 : return is_f32
+                       ? BwdSimtSmem<160>::kBytes
+                       : 0;
+    case 192:
+      return is_f32 ? BwdSimtSmem<192>::kBytes : 0;
+    case 256:
+      return is_f32 ? BwdSimtSmem<256>::kBytes : 0;
   }
   return 0;
 }

@@ -63,10 +63,8 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   const float* q = static_cast<const float*>(f.q) + batch * f.q_stride[0] + head * f.q_stride[2];
   const float* dout =
       static_cast<const float*>(p.dout) + batch * f.o_stride[0] + head * f.o_stride[2];
-  const float* k =
-      static_cast<const float*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  const float* v =
-      static_cast<const float*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const float* k = static_cast<const float*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+  const float* v = static_cast<const float*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.x * C::kBlockRows;
@@ -75,8 +73,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   const ScoreGrad grad(f.scale, f.softcap, 1.f);
 
   load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sQ, q, f.q_stride[1], q0, sq, f.head_dim);
-  load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sdO, dout, f.o_stride[1], q0, sq,
-                                                   f.head_dim_v);
+  load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sdO, dout, f.o_stride[1], q0, sq, f.head_dim_v);
   cp_async_commit();
   const int64_t row_base = (batch * f.heads_q + head) * rows_pad + row0;
   float lse_r[R], delta_r[R], acc[R][CT];
@@ -145,10 +142,8 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   const int kv_head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
   const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  const float* k =
-      static_cast<const float*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  const float* v =
-      static_cast<const float*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const float* k = static_cast<const float*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+  const float* v = static_cast<const float*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.x * C::kBlockRows;
@@ -157,8 +152,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   const ScoreGrad grad(f.scale, f.softcap, 1.f);
 
   load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
-  load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sV, v, f.v_stride[1], k0, skv,
-                                                   f.head_dim_v);
+  load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
   cp_async_commit();
   float acc_dk[R][CT], acc_dv[R][CT];
 #pragma unroll
@@ -168,8 +162,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
 
   for (int i = 0; i < f.group; ++i) {
     const int head = kv_head * f.group + i;
-    const float* q =
-        static_cast<const float*>(f.q) + batch * f.q_stride[0] + head * f.q_stride[2];
+    const float* q = static_cast<const float*>(f.q) + batch * f.q_stride[0] + head * f.q_stride[2];
     const float* dout =
         static_cast<const float*>(p.dout) + batch * f.o_stride[0] + head * f.o_stride[2];
     const int64_t row_base = (batch * f.heads_q + head) * rows_pad;
@@ -242,10 +235,10 @@ void launch_bwd_f32(const BwdParams& params, int batch, const float* lse, const 
   for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
     p.f.batch_offset = b0;
     const int nb = std::min(batch - b0, 65535);
-    kv_kernel<<<dim3(kv_blocks, p.heads_kv, nb), C::kWarps * 32, kSmem, stream>>>(
-        p, lse, delta, rows_pad);
-    q_kernel<<<dim3(q_blocks, p.f.heads_q, nb), C::kWarps * 32, kSmem, stream>>>(
-        p, lse, delta, rows_pad);
+    kv_kernel<<<dim3(kv_blocks, p.heads_kv, nb), C::kWarps * 32, kSmem, stream>>>(p, lse, delta,
+                                                                                  rows_pad);
+    q_kernel<<<dim3(q_blocks, p.f.heads_q, nb), C::kWarps * 32, kSmem, stream>>>(p, lse, delta,
+                                                                                 rows_pad);
   }
 }
 

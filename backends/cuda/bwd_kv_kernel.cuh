@@ -32,9 +32,9 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   using Dv = BwdKvDerived<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, MT = C::kMTiles;
   constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
-  constexpr int NT = BQ / 8;  // n8 tiles of Sᵀ per warp (16 keys x BQ queries)
-  constexpr int OT = D / 8;   // n8 tiles of dK / dV per warp
-  constexpr int KS = BQ / 16; // k16 steps of the dV / dK products
+  constexpr int NT = BQ / 8;   // n8 tiles of Sᵀ per warp (16 keys x BQ queries)
+  constexpr int OT = D / 8;    // n8 tiles of dK / dV per warp
+  constexpr int KS = BQ / 16;  // k16 steps of the dV / dK products
   constexpr int kTileQ = Dv::kTileQBytes, kStage = Dv::kStageBytes;
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     const int head = kv_head * group + step / tiles_per_head;
     const int q0 = (qt_begin + step % tiles_per_head) * BQ;
     const uint32_t st = sStage + stage * kStage;
-    load_tile_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1],
-                                           q0, sq, f.head_dim);
+    load_tile_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
+                                           sq, f.head_dim);
     load_tile_async<BQ, kChunks, kThreads>(st + kTileQ, do_batch + head * f.o_stride[2],
                                            f.o_stride[1], q0, sq, f.head_dim_v);
     const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
@@ -166,9 +166,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float ds;
-          float pv = grad.template operator()<false>(s[mt][nt][e], dp[mt][nt][e],
-                                                     (e & 1) ? l2.y : l2.x,
-                                                     (e & 1) ? dl.y : dl.x, ds);
+          float pv = grad.template operator()<false>(
+              s[mt][nt][e], dp[mt][nt][e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
           if (!full) {
             const int row = q0 + nt * 8 + tig * 2 + (e & 1);
             const int key = kw0 + mt * 16 + g + (e >= 2 ? 8 : 0);
@@ -194,7 +193,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
         df[mt][kk][3] = pack2<T>(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
       }
 
-    // ---- dV += Pᵀ·dO, dK += dSᵀ·Q -----------------------------------------------------
+      // ---- dV += Pᵀ·dO, dK += dSᵀ·Q -----------------------------------------------------
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
 #pragma unroll
@@ -231,8 +230,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
       for (int nt = 0; nt < OT; ++nt) {
         const int col = nt * 8 + tig * 2;
         if (col < f.head_dim)
-          *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(
-              acc_dk[mt][nt][2 * h] * f.scale, acc_dk[mt][nt][2 * h + 1] * f.scale);
+          *reinterpret_cast<uint32_t*>(dk_row + col) =
+              pack2<T>(acc_dk[mt][nt][2 * h] * f.scale, acc_dk[mt][nt][2 * h + 1] * f.scale);
         if (col < f.head_dim_v)
           *reinterpret_cast<uint32_t*>(dv_row + col) =
               pack2<T>(acc_dv[mt][nt][2 * h], acc_dv[mt][nt][2 * h + 1]);

@@ -32,7 +32,7 @@ struct RowRange {
   int begin, end;
 };
 __host__ __device__ inline RowRange bwd_visible_rows(const MaskParams& m, int key_first,
-                                                 int key_last) {
+                                                     int key_last) {
   if (!m.bounded) return {0, m.seqlen_q};
   int64_t lo = (int64_t)key_first - m.diag_offset - m.right;
   int64_t hi = (int64_t)key_last - m.diag_offset + m.left + 1;
@@ -85,8 +85,8 @@ __device__ __forceinline__ void load_floats_async(float* dst, const float* src, 
 // Loads rows [row0, row0 + kRows) (first `ncols` columns, rest zero) of an f32 matrix
 // into a tile with rows of kRowFloats floats.
 template <int kRows, int kDim, int kRowFloats, int kThreads>
-__device__ __forceinline__ void load_f32_tile(float* tile, const float* g, int64_t stride,
-                                              int row0, int nrows, int ncols) {
+__device__ __forceinline__ void load_f32_tile(float* tile, const float* g, int64_t stride, int row0,
+                                              int nrows, int ncols) {
   constexpr int kChunks = kDim / 4;
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks, c = idx % kChunks;

@@ -17,8 +17,9 @@ constexpr int kPreLanesPerRow = 8, kPreThreads = 256;
 constexpr int kPreRowsPerBlock = kPreThreads / kPreLanesPerRow;
 
 template <class T>
-__global__ void __launch_bounds__(kPreThreads) bwd_preprocess_kernel(
-    const BwdParams p, float* lse_out, float* delta_out, int rows_pad, float log_scale) {
+__global__ void __launch_bounds__(kPreThreads)
+    bwd_preprocess_kernel(const BwdParams p, float* lse_out, float* delta_out, int rows_pad,
+                          float log_scale) {
   constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte chunk
   const int head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + p.f.batch_offset;
@@ -29,8 +30,8 @@ __global__ void __launch_bounds__(kPreThreads) bwd_preprocess_kernel(
   // every lane takes part in the shuffles.
   float acc = 0.f;
   if (row < sq) {
-    const int64_t off = batch * p.f.o_stride[0] + (int64_t)row * p.f.o_stride[1] +
-                        head * p.f.o_stride[2];
+    const int64_t off =
+        batch * p.f.o_stride[0] + (int64_t)row * p.f.o_stride[1] + head * p.f.o_stride[2];
     const T* o = static_cast<const T*>(p.f.o) + off;
     const T* dout = static_cast<const T*>(p.dout) + off;
     for (int c = sub * kVec; c < p.f.head_dim_v; c += kPreLanesPerRow * kVec) {
@@ -64,8 +65,8 @@ void launch_bwd_preprocess(const BwdParams& params, int batch, float* lse_out, f
   for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
     p.f.batch_offset = b0;
     const dim3 grid(rows_pad / kPreRowsPerBlock, p.f.heads_q, std::min(batch - b0, 65535));
-    bwd_preprocess_kernel<T><<<grid, kPreThreads, 0, stream>>>(p, lse_out, delta_out, rows_pad,
-                                                               log_scale);
+    bwd_preprocess_kernel<T>
+        <<<grid, kPreThreads, 0, stream>>>(p, lse_out, delta_out, rows_pad, log_scale);
   }
 }
 

@@ -24,8 +24,8 @@ namespace flash::cuda {
 
 template <class T, class C>
 __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, C::kMinBlocks)
-    bwd_q_kernel(const BwdParams p, const float* __restrict__ lse2,
-                 const float* __restrict__ delta, int rows_pad) {
+    bwd_q_kernel(const BwdParams p, const float* __restrict__ lse2, const float* __restrict__ delta,
+                 int rows_pad) {
   using Dv = BwdQDerived<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, MT = C::kMTiles;
   constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(BwdQDerived<C>::kThreads, C::kMinBlocks)
         df[mt][kk][3] = pack2<T>(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
       }
 
-    // ---- dQ += dS·K ---------------------------------------------------------------------
+      // ---- dQ += dS·K ---------------------------------------------------------------------
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
 #pragma unroll

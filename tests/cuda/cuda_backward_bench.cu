@@ -26,11 +26,16 @@ __global__ void fill_random(void* p, size_t n, unsigned seed, int dtype) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
     const float f = (x & 0xffffff) / float(0x1000000) * 2.f - 1.f;
-    if (dtype == FLASH_F16) static_cast<__half*>(p)[i] = __float2half(f);
-    else if (dtype == FLASH_BF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
-    else static_cast<float*>(p)[i] = f;
+    if (dtype == FLASH_F16)
+      static_cast<__half*>(p)[i] = __float2half(f);
+    else if (dtype == FLASH_BF16)
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
+    else
+      static_cast<float*>(p)[i] = f;
   }
 }
 __global__ void fill_value(float* p, size_t n, float v) {
@@ -58,9 +63,12 @@ int main(int argc, char** argv) {
       out.clear();
       while (i + 1 < argc && argv[i + 1][0] != '-') out.push_back(std::atoi(argv[++i]));
     };
-    if (a == "--dims") list(dims);
-    else if (a == "--seqlens") list(seqlens);
-    else if (a == "--iters") iters = std::atoi(argv[++i]);
+    if (a == "--dims")
+      list(dims);
+    else if (a == "--seqlens")
+      list(seqlens);
+    else if (a == "--iters")
+      iters = std::atoi(argv[++i]);
     else if (a == "--dtype") {
       const std::string d = argv[++i];
       dtype = d == "f32" ? FLASH_F32 : d == "f16" ? FLASH_F16 : FLASH_BF16;
@@ -69,8 +77,8 @@ int main(int argc, char** argv) {
   const char* dname = dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
   const size_t eb = dtype == FLASH_F32 ? 4 : 2;
   std::printf("libflashattn cuda backward on %s\n", detail.text);
-  std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %s\n", "backend", "dtype", "B", "H", "S",
-              "D", "causal", "bwd ms", "bwd TF/s", "kernels");
+  std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %s\n", "backend", "dtype", "B", "H", "S", "D",
+              "causal", "bwd ms", "bwd TF/s", "kernels");
   for (int D : dims)
     for (int S : seqlens) {
       const int B = std::max(1, 16384 / S), H = std::max(1, 2048 / D);
@@ -83,17 +91,26 @@ int main(int argc, char** argv) {
       for (void* ptr : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(ptr, n, seed++, dtype);
       for (int causal = 0; causal < 2; ++causal) {
         flash_problem p{};
-        p.batch = B; p.seqlen_q = S; p.seqlen_kv = S; p.heads_q = H; p.heads_kv = H;
-        p.head_dim = D; p.head_dim_v = D; p.dtype = dtype; p.causal = causal;
-        p.scale = 1.f / std::sqrt((float)D); p.window_left = -1; p.window_right = -1;
+        p.batch = B;
+        p.seqlen_q = S;
+        p.seqlen_kv = S;
+        p.heads_q = H;
+        p.heads_kv = H;
+        p.head_dim = D;
+        p.head_dim_v = D;
+        p.dtype = dtype;
+        p.causal = causal;
+        p.scale = 1.f / std::sqrt((float)D);
+        p.window_left = -1;
+        p.window_right = -1;
         const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
         for (int j = 0; j < 3; ++j)
           p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
         p.lse = lse;
         flash_message msg{}, choice{};
         m->choose(&p, FLASH_BACKWARD, &choice);
-        const bool fwd_ok = m->forward(&p, q, k, v, o, &msg) == FLASH_OK &&
-                            cudaDeviceSynchronize() == cudaSuccess;
+        const bool fwd_ok =
+            m->forward(&p, q, k, v, o, &msg) == FLASH_OK && cudaDeviceSynchronize() == cudaSuccess;
         if (!fwd_ok) {
           cudaGetLastError();
           fill_value<<<1024, 256>>>(lse, (size_t)B * H * S, std::log((float)S) + 1.f);
@@ -125,8 +142,8 @@ int main(int argc, char** argv) {
         std::sort(t.begin(), t.end());
         const float ms = t[t.size() / 2];
         const double flops = 2.5 * 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
-        std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %s%s\n", "ours", dname, B, H, S,
-                    D, causal ? "True" : "False", ms, flops / ms * 1e-9, choice.text,
+        std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %s%s\n", "ours", dname, B, H, S, D,
+                    causal ? "True" : "False", ms, flops / ms * 1e-9, choice.text,
                     fwd_ok ? "" : " (synthetic lse)");
         std::fflush(stdout);
       }

@@ -33,9 +33,12 @@ struct Shape {
 size_t esize(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
 
 void store(int dtype, std::vector<unsigned char>& bytes, size_t i, float x) {
-  if (dtype == FLASH_F32) reinterpret_cast<float*>(bytes.data())[i] = x;
-  else if (dtype == FLASH_F16) reinterpret_cast<__half*>(bytes.data())[i] = __float2half(x);
-  else reinterpret_cast<__nv_bfloat16*>(bytes.data())[i] = __float2bfloat16(x);
+  if (dtype == FLASH_F32)
+    reinterpret_cast<float*>(bytes.data())[i] = x;
+  else if (dtype == FLASH_F16)
+    reinterpret_cast<__half*>(bytes.data())[i] = __float2half(x);
+  else
+    reinterpret_cast<__nv_bfloat16*>(bytes.data())[i] = __float2bfloat16(x);
 }
 
 // Packed [b, s, h, d] tensors; device copies.
@@ -68,12 +71,23 @@ std::vector<unsigned char> random_bytes(int dtype, size_t n, std::mt19937& rng, 
 Problem make_problem(const Shape& s, int dtype, std::mt19937& rng) {
   Problem r;
   flash_problem& p = r.p;
-  p.batch = s.b; p.seqlen_q = s.sq; p.seqlen_kv = s.skv; p.heads_q = s.hq; p.heads_kv = s.hkv;
-  p.head_dim = s.d; p.head_dim_v = s.dv; p.dtype = dtype; p.causal = s.causal;
-  p.scale = 1.f / std::sqrt(float(s.d)); p.softcap = s.softcap;
-  p.window_left = s.wl; p.window_right = s.wr;
+  p.batch = s.b;
+  p.seqlen_q = s.sq;
+  p.seqlen_kv = s.skv;
+  p.heads_q = s.hq;
+  p.heads_kv = s.hkv;
+  p.head_dim = s.d;
+  p.head_dim_v = s.dv;
+  p.dtype = dtype;
+  p.causal = s.causal;
+  p.scale = 1.f / std::sqrt(float(s.d));
+  p.softcap = s.softcap;
+  p.window_left = s.wl;
+  p.window_right = s.wr;
   auto strides = [](int64_t* st, int64_t seq, int64_t h, int64_t d) {
-    st[0] = seq * h * d; st[1] = h * d; st[2] = d;
+    st[0] = seq * h * d;
+    st[1] = h * d;
+    st[2] = d;
   };
   strides(p.q_stride, s.sq, s.hq, s.d);
   strides(p.k_stride, s.skv, s.hkv, s.d);
@@ -118,8 +132,7 @@ std::vector<unsigned char> backward(const flash_backend_module* m, Problem& r) {
   cudaMemset(r.dk, 0xff, r.n_k * e);
   cudaMemset(r.dv, 0xff, r.n_v * e);
   flash_message msg{};
-  if (m->backward(&r.p, r.q, r.k, r.v, r.o, r.dout, r.lse, r.dq, r.dk, r.dv, &msg) !=
-      FLASH_OK) {
+  if (m->backward(&r.p, r.q, r.k, r.v, r.o, r.dout, r.lse, r.dq, r.dk, r.dv, &msg) != FLASH_OK) {
     std::printf("FAIL backward: %s\n", msg.text);
     return {};
   }
@@ -135,9 +148,12 @@ bool any_nan(const std::vector<unsigned char>& b, int dtype) {
   const size_t n = b.size() / esize(dtype);
   for (size_t i = 0; i < n; ++i) {
     float x;
-    if (dtype == FLASH_F32) x = reinterpret_cast<const float*>(b.data())[i];
-    else if (dtype == FLASH_F16) x = __half2float(reinterpret_cast<const __half*>(b.data())[i]);
-    else x = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(b.data())[i]);
+    if (dtype == FLASH_F32)
+      x = reinterpret_cast<const float*>(b.data())[i];
+    else if (dtype == FLASH_F16)
+      x = __half2float(reinterpret_cast<const __half*>(b.data())[i]);
+    else
+      x = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(b.data())[i]);
     if (std::isnan(x)) return true;
   }
   return false;
@@ -151,9 +167,10 @@ bool check_determinism(const flash_backend_module* m, const Shape& s, int dtype,
   if (pass) a = backward(m, r);
   if (pass) b = backward(m, r);
   pass = pass && !a.empty() && a == b && !any_nan(a, dtype);
-  std::printf("%s determinism dtype=%d b%d sq%d skv%d hq%d hkv%d d%d dv%d causal%d w(%d,%d) cap%g\n",
-              pass ? "ok  " : "FAIL", dtype, s.b, s.sq, s.skv, s.hq, s.hkv, s.d, s.dv, s.causal,
-              s.wl, s.wr, s.softcap);
+  std::printf(
+      "%s determinism dtype=%d b%d sq%d skv%d hq%d hkv%d d%d dv%d causal%d w(%d,%d) cap%g\n",
+      pass ? "ok  " : "FAIL", dtype, s.b, s.sq, s.skv, s.hq, s.hkv, s.d, s.dv, s.causal, s.wl, s.wr,
+      s.softcap);
   free_problem(r);
   return pass;
 }
@@ -177,8 +194,11 @@ bool check_finite_differences(const flash_backend_module* m, const Shape& s, std
   pass = pass && !grads.empty();
   const float* g = reinterpret_cast<const float*>(grads.data());
   double worst = 0;  // largest |fd - analytic| / (abs_tol + rel_tol * |analytic|)
-  struct Tensor { void* dev; size_t n; size_t grad_off; } tensors[3] = {
-      {r.q, r.n_q, 0}, {r.k, r.n_k, r.n_q}, {r.v, r.n_v, r.n_q + r.n_k}};
+  struct Tensor {
+    void* dev;
+    size_t n;
+    size_t grad_off;
+  } tensors[3] = {{r.q, r.n_q, 0}, {r.k, r.n_k, r.n_q}, {r.v, r.n_v, r.n_q + r.n_k}};
   const float h = 1e-2f;
   for (int t = 0; pass && t < 3; ++t) {
     std::uniform_int_distribution<size_t> pick(0, tensors[t].n - 1);
@@ -203,10 +223,11 @@ bool check_finite_differences(const flash_backend_module* m, const Shape& s, std
       }
     }
   }
-  std::printf("%s finite differences (f32) sq%d skv%d hq%d hkv%d d%d dv%d causal%d w(%d,%d) "
-              "cap%g: worst %.0f%% of tolerance\n",
-              pass ? "ok  " : "FAIL", s.sq, s.skv, s.hq, s.hkv, s.d, s.dv, s.causal, s.wl, s.wr,
-              s.softcap, 100 * worst);
+  std::printf(
+      "%s finite differences (f32) sq%d skv%d hq%d hkv%d d%d dv%d causal%d w(%d,%d) "
+      "cap%g: worst %.0f%% of tolerance\n",
+      pass ? "ok  " : "FAIL", s.sq, s.skv, s.hq, s.hkv, s.d, s.dv, s.causal, s.wl, s.wr, s.softcap,
+      100 * worst);
   free_problem(r);
   return pass;
 }
@@ -237,7 +258,7 @@ int main(int argc, char** argv) {
                   {2, 1000, 1000, 8, 2, 64, 64, true, -1, -1, 0.f},
                   {1, 777, 1300, 4, 4, 128, 128, false, -1, -1, 0.f},
                   {1, 513, 513, 4, 1, 128, 64, false, 100, 20, 30.f},
-                  {1, 300, 200, 2, 2, 96, 96, true, -1, -1, 0.f},  // rows that see no key
+                  {1, 300, 200, 2, 2, 96, 96, true, -1, -1, 0.f},    // rows that see no key
                   {1, 200, 200, 2, 1, 256, 256, true, -1, -1, 0.f},  // f32 only
               };
   for (int dtype : {FLASH_BF16, FLASH_F16, FLASH_F32})

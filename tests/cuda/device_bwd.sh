@@ -92,3 +92,24 @@ if has torch; then
   PYTHONUNBUFFERED=1 python3 .carry/torch_sdpa.py --backward --dtype bf16 --head-dim ${DIMS:-64 128} \
     --seqlen ${SEQLENS:-1024 2048 4096 8192 16384} --causal both 2>&1 | tee "$OUT/torch.log"
 fi
+if has torch && has bench; then  # one Markdown table: ours / torch flash / cuDNN
+  python3 - "$OUT/bench.log" "$OUT/torch.log" <<'PY' | tee "$OUT/table.md"
+import sys
+def rows(path, names):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 9 and f[0] in names:
+            key = (int(f[5]), int(f[4]), f[6] in ("True", "yes"))
+            out[(f[0], key)] = float(f[8]) if f[0] == "ours" else float(f[9])
+    return out
+r = rows(sys.argv[1], {"ours"}); r.update(rows(sys.argv[2], {"flash", "cudnn"}))
+keys = sorted({k for (_, k) in r})
+print("| D | S | causal | ours TF/s | torch flash | cuDNN | ours/flash | ours/cuDNN |")
+print("|---|---|---|---|---|---|---|---|")
+for k in keys:
+    o, f, c = (r.get((n, k)) for n in ("ours", "flash", "cudnn"))
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+    print(f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | {o or '-'} | {f or '-'} | {c or '-'} | {ratio(o, f)} | {ratio(o, c)} |")
+PY
+fi
