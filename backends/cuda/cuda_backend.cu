@@ -56,7 +56,7 @@ std::string fwd_config_name(const flash_problem& p) {
   case D: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; break;
     CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
 #undef CASE
-    case 256: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig256::kName; break;
+    case 256: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName; break;
   }
   return name + " " + dtype_name(p.dtype);
 }
@@ -71,7 +71,7 @@ int fwd_smem_bytes(const flash_problem& p) {
 #undef CASE
     case 256:
       return p.dtype == FLASH_F32 ? FwdF32Smem<256>::kBytes
-                                  : FwdPairDerived<FwdPairConfig256>::kSmemBytes;
+                                  : FwdPairDerived<FwdPairConfig<256>>::kSmemBytes;
   }
   return 0;
 }
@@ -398,10 +398,14 @@ struct CudaBackend {
     check_aligned("dv (v strides)", dv, p.v_stride, eb);
     auto stream = static_cast<cudaStream_t>(p.stream);
 
-    const size_t q_bytes = eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
-    const size_t k_bytes = eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
-    const size_t v_bytes = eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
-    const size_t o_bytes = eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
+    const size_t q_bytes =
+        eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const size_t k_bytes =
+        eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
+    const size_t v_bytes =
+        eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+    const size_t o_bytes =
+        eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
     const size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seqlen_q;
     // Host tensors travel through the staging buffer (inputs in; outputs in and back).
     const void* ptrs[9] = {q, k, v, o, dout, lse, dq, dk, dv};

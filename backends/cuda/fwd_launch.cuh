@@ -19,7 +19,7 @@ void launch_forward(const FwdParams& p, int batch, cudaStream_t stream) {
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
     if constexpr (kDim == 256 && FLASH_FWD_PAIRS) {
-      launch_fwd_mma_pair<T, FwdPairConfig256>(p, batch, stream);
+      launch_fwd_mma_pair<T, FwdPairConfig<kDim>>(p, batch, stream);
     } else {
       launch_fwd_mma<T, FwdMmaConfig<kDim>>(p, batch, stream);
     }

@@ -1,15 +1,16 @@
-// Forward attention on tensor cores for head dim 256 (f16 / bf16, f32 accumulation):
-// the FlashAttention-2 algorithm of fwd_mma_kernel.cuh with warps working in pairs.
+// Forward attention on tensor cores for head dims 128 and 256 (f16 / bf16, f32
+// accumulation): the FlashAttention-2 algorithm of fwd_mma_kernel.cuh with warps
+// working in pairs.
 //
 // Why: at D = 256 a warp cannot hold O for 32 query rows (256 f32 registers), so the
 // plain kernel gives each warp 16 rows, and every K/V fragment read from shared memory
 // feeds one mma: shared-memory bandwidth, not the tensor cores, sets the pace. Here two
-// warps share 32 rows: warp `half` computes S = Q·Kᵀ for its half of the key tile (full
+// warps share 16 * m-tiles rows: warp `half` computes S = Q·Kᵀ for its half of the key tile (full
 // head dim) and owns O for its half of the value columns. Per tile the pair trades row
 // maxima (then both use the same running max, so their partial row sums add up) and
 // their halves of P, already packed as mma A fragments, through shared memory (named
-// barrier per pair). Each K/V fragment then feeds two m16 tiles: about 30% fewer
-// shared-memory bytes per mma than the 16-rows-per-warp layout.
+// barrier per pair). Each K/V fragment then feeds all m16 tiles of the pair: at D = 256
+// with 2 m-tiles about 30% fewer shared-memory bytes per mma than 16 rows per warp.
 // Otherwise as fwd_mma_kernel.cuh: cp.async K/V overlap, exp2 with log2(e) folded in,
 // masks only on boundary tiles, lazy O rescale, O normalised once and stored through
 // shared memory.
@@ -46,7 +47,8 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
   using Dv = FwdPairDerived<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
-  constexpr int MT = 2;             // m16 tiles: a pair owns 32 rows
+  constexpr int MT = Dv::kMTiles;   // m16 tiles of the pair's rows
+  constexpr int PR = Dv::kPairRows;
   constexpr int NT = BK / 2 / 8;    // n8 tiles of S per warp (its half of the keys)
   constexpr int KTH = BK / 2 / 16;  // k16 steps of P·V per key half
   constexpr int OT = D / 2 / 8;     // n8 tiles of O per warp (its half of the columns)
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
   const uint32_t sK = sQ + BQ * D * 2;
   const uint32_t sV = sK + BK * D * 2;
   uint4* x_p = reinterpret_cast<uint4*>(smem + (BQ + 2 * BK) * D * 2);  // [warp][MT][KTH][32]
-  float* x_row = reinterpret_cast<float*>(x_p + C::kWarps * MT * KTH * 32);  // [warp][32]
+  float* x_row = reinterpret_cast<float*>(x_p + C::kWarps * MT * KTH * 32);  // [warp][PR]
 
   const int num_qblocks = gridDim.x;
   const int qblock = p.mask.bounded ? num_qblocks - 1 - blockIdx.x : blockIdx.x;
@@ -77,7 +79,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
   const KeyRange keys = visible_keys(p.mask, q0, q_last);
   const int tile_begin = keys.begin / BK;
   const int tile_end = keys.end > keys.begin ? (keys.end + BK - 1) / BK : tile_begin;
-  const int pair_row0 = pair * 32;
+  const int pair_row0 = pair * PR;
 
   const LdsmAddr<kChunks> q_addr(sQ + pair_row0 * kChunks * 16, lane & 15, lane >> 4);
   const LdsmAddr<kChunks> k_addr(sK + half * (BK / 2) * kChunks * 16,
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         tile_max[mt][h] = mx;
-        if (tig == 0) x_row[warp * 32 + mt * 16 + h * 8 + g] = mx;
+        if (tig == 0) x_row[warp * PR + mt * 16 + h * 8 + g] = mx;
       }
     pair_barrier<C::kWarps / 2>(pair);
     float row_alpha[MT][2];
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float mx = fmaxf(row_max[mt][h],
-                               fmaxf(tile_max[mt][h], x_row[partner * 32 + mt * 16 + h * 8 + g]));
+                               fmaxf(tile_max[mt][h], x_row[partner * PR + mt * 16 + h * 8 + g]));
         const float base = mx == -INFINITY ? 0.f : mx * mult;
         const float alpha = fast_exp2(row_max[mt][h] * mult - base);
         row_max[mt][h] = mx;
@@ -290,14 +292,14 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       l_own[mt][h] = l;
-      if (tig == 0) x_row[warp * 32 + mt * 16 + h * 8 + g] = l;
+      if (tig == 0) x_row[warp * PR + mt * 16 + h * 8 + g] = l;
     }
   pair_barrier<C::kWarps / 2>(pair);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float l = l_own[mt][h] + x_row[partner * 32 + mt * 16 + h * 8 + g];
+      const float l = l_own[mt][h] + x_row[partner * PR + mt * 16 + h * 8 + g];
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int r = pair_row0 + mt * 16 + g + h * 8;
 #pragma unroll
@@ -316,13 +318,13 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
   }
   __syncwarp();
   constexpr int kHalfChunks = D / 16;
-  constexpr int kWarpChunks = 32 * kHalfChunks;
+  constexpr int kWarpChunks = PR * kHalfChunks;
 #pragma unroll
-  for (int it = 0; it < kWarpChunks / 32; ++it) {
+  for (int it = 0; it < (kWarpChunks + 31) / 32; ++it) {
     const int idx = it * 32 + lane;
     const int r = idx / kHalfChunks, c = half * kHalfChunks + idx % kHalfChunks;
     const int row = q0 + pair_row0 + r;
-    if (row < sq && c * 8 < p.head_dim_v) {
+    if (idx < kWarpChunks && row < sq && c * 8 < p.head_dim_v) {
       uint4 val;
       asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)

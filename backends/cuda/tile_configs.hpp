@@ -65,28 +65,46 @@ struct FwdMmaDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// Paired-warp forward for D = 256 (fwd_mma_pair_kernel.cuh): kWarps / 2 pairs, each
-// pair owns 32 query rows; a warp computes S for half of the kBlockKV keys and O for
-// half of the value columns.
-struct FwdPairConfig256 {
-  static constexpr int kDim = 256, kBlockQ = 64, kBlockKV = 64, kWarps = 4;
-  static constexpr const char* kName = "mma_fwd_pairs_d256_q64_kv64_w4";
-};
+// Paired-warp forward (fwd_mma_pair_kernel.cuh): kWarps / 2 pairs, each pair owns
+// kBlockQ / (kWarps / 2) query rows (16 per m-tile); a warp computes S for half of the
+// kBlockKV keys and O for half of the value columns. Needs column halves that start on
+// a swizzle period (D / 16 a multiple of 8). Used for D = 256 only: at D = 128 the plain
+// kernel already gives each warp 32 rows, and pairs measured 6-20% slower
+// (RESULTS-cuda.md, 2026-11-21).
+template <int kDim>
+struct FwdPairConfig;
+#define FLASH_FWD_PAIR_CONFIG(D, BQ, BKV, W)                                          \
+  template <>                                                                         \
+  struct FwdPairConfig<D> {                                                           \
+    static constexpr int kDim = D, kBlockQ = BQ, kBlockKV = BKV, kWarps = W;          \
+    static constexpr const char* kName = "mma_fwd_pairs_d" #D "_q" #BQ "_kv" #BKV "_w" #W; \
+  };
+#ifndef FLASH_FWD_PAIR_TUNE_256
+#define FLASH_FWD_PAIR_TUNE_256 64, 64, 4
+#endif
+#define FLASH_FWD_PAIR_CONFIG_X(D, ...) FLASH_FWD_PAIR_CONFIG(D, __VA_ARGS__)
+FLASH_FWD_PAIR_CONFIG_X(256, FLASH_FWD_PAIR_TUNE_256)
+#undef FLASH_FWD_PAIR_CONFIG_X
+#undef FLASH_FWD_PAIR_CONFIG
+
 template <class C>
 struct FwdPairDerived {
   static constexpr int kThreads = C::kWarps * 32;
   static constexpr int kChunks = C::kDim / 8;
+  static constexpr int kPairRows = C::kBlockQ / (C::kWarps / 2);
+  static constexpr int kMTiles = kPairRows / 16;
   // Q, K, V tiles, then the exchange buffers: P halves as A fragments
-  // ([warp][2 m-tiles][kBlockKV/32 k-steps][32 lanes] x 16 bytes) and 32 row values
+  // ([warp][m-tiles][kBlockKV/32 k-steps][32 lanes] x 16 bytes) and one value per row
   // (max, later sum) per warp.
   static constexpr int kSmemBytes = (C::kBlockQ + 2 * C::kBlockKV) * C::kDim * 2 +
-                                    C::kWarps * 2 * (C::kBlockKV / 32) * 32 * 16 +
-                                    C::kWarps * 32 * 4;
-  static_assert(C::kBlockQ == 16 * C::kWarps, "a pair of warps owns 32 rows");
-  static_assert(C::kWarps % 2 == 0 && C::kWarps / 2 <= 15, "named barriers 1..15");
+                                    C::kWarps * kMTiles * (C::kBlockKV / 32) * 32 * 16 +
+                                    C::kWarps * kPairRows * 4;
+  static_assert(C::kBlockQ % (8 * C::kWarps) == 0 && kMTiles >= 1 && kMTiles <= 4,
+                "a pair owns whole m16 tiles");
+  static_assert(C::kWarps % 2 == 0 && C::kWarps / 2 <= 2, "pair barriers 1 and 2");
   static_assert(C::kBlockKV % 32 == 0, "each warp's half of the keys is whole k16 steps");
   static_assert((C::kDim / 16) % 8 == 0, "column halves start on a swizzle period");
-  static_assert(kSmemBytes <= 113 * 1024, "two blocks per sm_90 multiprocessor");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
 // f32 forward (SIMT FMA): kRowsPerWarp query rows per warp, kBlockKV = 32 keys (one
