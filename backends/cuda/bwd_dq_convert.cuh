@@ -1,0 +1,47 @@
+// Backward postprocessing of the fused dQ: dq = scale · (f32 accumulator), converted to
+// the output dtype and written with q's strides. Memory bound: 4 columns per thread
+// (16-byte loads), one block covers kThreads·4 / dim rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "bwd_ops.cuh"
+
+namespace flash::cuda {
+
+constexpr int kDqConvertThreads = 256;
+
+template <class T, int kDim>
+__global__ void __launch_bounds__(kDqConvertThreads)
+    bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ acc, int rows_pad) {
+  constexpr int kPerRow = kDim / 4, kRowsPerBlock = kDqConvertThreads / kPerRow;
+  static_assert(kDim % 4 == 0 && kDqConvertThreads % kPerRow == 0, "whole rows per block");
+  const FwdParams& f = p.f;
+  const int head = blockIdx.y;
+  const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kPerRow;
+  const int col = (threadIdx.x % kPerRow) * 4;
+  if (row >= f.mask.seqlen_q || col >= f.head_dim) return;
+  const float4 a = *reinterpret_cast<const float4*>(
+      acc + ((batch * f.heads_q + head) * rows_pad + row) * kDim + col);
+  T* dq = static_cast<T*>(p.dq) + batch * f.q_stride[0] + (int64_t)row * f.q_stride[1] +
+          head * f.q_stride[2] + col;
+  // head_dim is a multiple of 8 and strides of 16 bytes: 4 elements stay in bounds/aligned.
+  *reinterpret_cast<uint2*>(dq) =
+      make_uint2(pack2<T>(a.x * f.scale, a.y * f.scale), pack2<T>(a.z * f.scale, a.w * f.scale));
+}
+
+template <class T, int kDim>
+void launch_bwd_dq_convert(const BwdParams& params, int batch, const float* acc, int rows_pad,
+                           cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kDqConvertThreads / (kDim / 4);
+  BwdParams p = params;
+  for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
+    p.f.batch_offset = b0;
+    const dim3 grid((p.f.mask.seqlen_q + kRowsPerBlock - 1) / kRowsPerBlock, p.f.heads_q,
+                    std::min(batch - b0, 65535));
+    bwd_dq_convert_kernel<T, kDim><<<grid, kDqConvertThreads, 0, stream>>>(p, acc, rows_pad);
+  }
+}
+
+}  // namespace flash::cuda
