@@ -127,15 +127,22 @@ HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, siz
   const size_t N = Tiles::kLanes, K = Tiles::kKeys;
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t d_pad = RoundUpTo(D, N), dv_pad = RoundUpTo(Dv, N);
-  const size_t sizes[] = {D * R, R * d_pad, Dv * R,      R * dv_pad, R,          R,    K * R,
+  const size_t sizes[] = {D * R, R * d_pad, Dv * R,     R * dv_pad,  R,          R, K * R,
                           K * R, K * d_pad, K * dv_pad, acc0_floats, K * dv_pad, R, R};
   size_t total = 0;
   for (size_t s : sizes) total += Workspace::RoundUp(s);
   Workspace& ws = Workspace::ForThisThread();
   ws.reset(total);
   BackwardTiles t;
-  t.rows = {ws.take(D * R), ws.take(R * d_pad), ws.take(Dv * R), ws.take(R * dv_pad),
-            ws.take(R),     ws.take(R),         R,               d_pad,           dv_pad};
+  t.rows = {ws.take(D * R),
+            ws.take(R * d_pad),
+            ws.take(Dv * R),
+            ws.take(R * dv_pad),
+            ws.take(R),
+            ws.take(R),
+            R,
+            d_pad,
+            dv_pad};
   t.st = ws.take(K * R);
   t.dpt = ws.take(K * R);
   t.kpack = ws.take(K * d_pad);
@@ -162,8 +169,8 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
   const size_t d_pad = t.rows.d_pad;
   // In place only for f32 rows that are contiguous (one head, or D·heads small): rows
   // 4 KiB apart alias in L1, so other layouts are packed.
-  const bool in_place = p.dtype == FLASH_F32 && k_rows == kb &&
-                        p.k_stride[1] == p.head_dim && p.v_stride[1] == p.head_dim_v;
+  const bool in_place = p.dtype == FLASH_F32 && k_rows == kb && p.k_stride[1] == p.head_dim &&
+                        p.v_stride[1] == p.head_dim_v;
   KvOperands op;
   if (in_place && d_pad == D) {
     const float* kp = static_cast<const float*>(At(a.k, p.dtype, p.k_stride, b, j0, hkv));
@@ -171,8 +178,8 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
     op.kb_ptr = kp;
     op.ldk = static_cast<size_t>(p.k_stride[1]);
   } else {
-    LoadTile(p.dtype, At(a.k, p.dtype, p.k_stride, b, j0, hkv), p.k_stride[1], kb, k_rows, D,
-             1.0f, t.kpack, d_pad);
+    LoadTile(p.dtype, At(a.k, p.dtype, p.k_stride, b, j0, hkv), p.k_stride[1], kb, k_rows, D, 1.0f,
+             t.kpack, d_pad);
     op.ka = {t.kpack, d_pad, 1};
     op.kb_ptr = t.kpack;
     op.ldk = d_pad;
@@ -181,8 +188,8 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
     op.va = {static_cast<const float*>(At(a.v, p.dtype, p.v_stride, b, j0, hkv)),
              static_cast<size_t>(p.v_stride[1]), 1};
   } else {
-    LoadTile(p.dtype, At(a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, k_rows, Dv,
-             1.0f, t.vpack, Dv);
+    LoadTile(p.dtype, At(a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, k_rows, Dv, 1.0f,
+             t.vpack, Dv);
     op.va = {t.vpack, Dv, 1};
   }
   return op;
@@ -192,17 +199,17 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
 HWY_INLINE void ScoresAndGrad(const flash_problem& p, const KvOperands& kv, size_t k_rows,
                               size_t kb, size_t R, bool boundary, const BackwardTiles& t) {
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
-  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, kv.ka, BOperand::RowMajor(t.rows.qt, R), t.st,
-                                   R, CMode::kOverwrite);
-  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, Dv, kv.va, BOperand::RowMajor(t.rows.dot, R), t.dpt, R,
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, kv.ka, BOperand::RowMajor(t.rows.qt, R), t.st, R,
                                    CMode::kOverwrite);
-  BackwardScores(t.st, t.dpt, R, kb, k_rows, p.softcap, boundary, t.lo_rel, t.hi_rel,
-                 t.rows.lse2, t.rows.di);
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, Dv, kv.va, BOperand::RowMajor(t.rows.dot, R), t.dpt,
+                                   R, CMode::kOverwrite);
+  BackwardScores(t.st, t.dpt, R, kb, k_rows, p.softcap, boundary, t.lo_rel, t.hi_rel, t.rows.lse2,
+                 t.rows.di);
 }
 
 // Prefetches Q and dO rows [i0, i0 + rows) of head h (the next q tile of pass 1).
-HWY_INLINE void PrefetchNextQTile(const flash_problem& p, const CallArgs& a, int64_t b,
-                                  int64_t h, int64_t i0, size_t rows) {
+HWY_INLINE void PrefetchNextQTile(const flash_problem& p, const CallArgs& a, int64_t b, int64_t h,
+                                  int64_t i0, size_t rows) {
   if (i0 >= p.seqlen_q) return;
   const size_t n = static_cast<size_t>(std::min<int64_t>(rows, p.seqlen_q - i0));
   const int64_t esize = static_cast<int64_t>(ElementSize(p.dtype));
@@ -269,9 +276,11 @@ HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
       if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
       ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
       Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1},
-                                       BOperand::RowMajor(t.rows.dorow, dv_pad), dv_acc, dv_pad, CMode::kAccumulate);
+                                       BOperand::RowMajor(t.rows.dorow, dv_pad), dv_acc, dv_pad,
+                                       CMode::kAccumulate);
       Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1},
-                                       BOperand::RowMajor(t.rows.qrow, d_pad), dk_acc, d_pad, CMode::kAccumulate);
+                                       BOperand::RowMajor(t.rows.qrow, d_pad), dk_acc, d_pad,
+                                       CMode::kAccumulate);
     }
   }
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
@@ -321,7 +330,8 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
     ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
     Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R},
-                                     BOperand::RowMajor(kv.kb_ptr, kv.ldk), dq_acc, d_pad, CMode::kAccumulate);
+                                     BOperand::RowMajor(kv.kb_ptr, kv.ldk), dq_acc, d_pad,
+                                     CMode::kAccumulate);
   }
   const size_t D = static_cast<size_t>(p.head_dim);
   for (size_t r = 0; r < R; ++r) {

@@ -16,7 +16,8 @@ namespace flash::cpu {
 inline uint16_t Bf16FromF32(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // ties to even; overflow carries into inf correctly
   return static_cast<uint16_t>(u >> 16);
 }
@@ -34,8 +35,8 @@ inline uint16_t F16FromF32(float f) {
     // v·2^24 is exact; nearbyint rounds ties to even in the default rounding mode.
     return sign | static_cast<uint16_t>(std::nearbyint(v * 16777216.0f));
   }
-  uint32_t r = x - 0x38000000u;      // rebias exponent 127 -> 15
-  r += 0xfffu + ((r >> 13) & 1u);    // ties to even on the 13 dropped bits
+  uint32_t r = x - 0x38000000u;    // rebias exponent 127 -> 15
+  r += 0xfffu + ((r >> 13) & 1u);  // ties to even on the 13 dropped bits
   return sign | static_cast<uint16_t>(r >> 13);
 }
 

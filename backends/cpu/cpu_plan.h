@@ -157,13 +157,12 @@ class Workspace {
 inline size_t ElementSize(int32_t dtype) { return dtype == FLASH_F32 ? 4 : 2; }
 
 // Address of element (b, s, h, 0) of a tensor with the given element strides.
-inline const void* At(const void* base, int32_t dtype, const int64_t* stride, int64_t b,
-                      int64_t s, int64_t h) {
+inline const void* At(const void* base, int32_t dtype, const int64_t* stride, int64_t b, int64_t s,
+                      int64_t h) {
   return static_cast<const char*>(base) +
          (b * stride[0] + s * stride[1] + h * stride[2]) * static_cast<int64_t>(ElementSize(dtype));
 }
-inline void* At(void* base, int32_t dtype, const int64_t* stride, int64_t b, int64_t s,
-                int64_t h) {
+inline void* At(void* base, int32_t dtype, const int64_t* stride, int64_t b, int64_t s, int64_t h) {
   return const_cast<void*>(At(static_cast<const void*>(base), dtype, stride, b, s, h));
 }
 

@@ -93,9 +93,8 @@ HWY_INLINE void CapAndMask(float* HWY_RESTRICT st, size_t rows, size_t kb, float
 }
 
 // Online softmax over Sᵀ rows [0, kb): updates m, l, writes α and P (in place).
-HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb,
-                              float* HWY_RESTRICT m, float* HWY_RESTRICT l,
-                              float* HWY_RESTRICT alpha) {
+HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb, float* HWY_RESTRICT m,
+                              float* HWY_RESTRICT l, float* HWY_RESTRICT alpha) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
@@ -125,8 +124,8 @@ HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb,
 // keys all of them see go through the blocked micro-kernel; the few keys at the edges
 // of each row's interval (a causal diagonal adds at most kPvMR-1 per row) go row by row.
 HWY_INLINE void BoundaryPv(const float* st, size_t R, size_t kb, const float* lo_rel,
-                           const float* hi_rel, const float* alpha, const float* vpack,
-                           float* o, size_t dv_pad) {
+                           const float* hi_rel, const float* alpha, const float* vpack, float* o,
+                           size_t dv_pad) {
   constexpr size_t MR = Tiles::kPvMR;
   const int64_t kb_last = static_cast<int64_t>(kb) - 1;
   auto first = [&](size_t r) { return std::max<int64_t>(static_cast<int64_t>(lo_rel[r]), 0); };
@@ -164,9 +163,9 @@ HWY_INLINE void BoundaryPv(const float* st, size_t R, size_t kb, const float* lo
 // row_index[r] = query position of row r or -1 for padding; head of row r is
 // first_head + r / rows_per_head.
 HWY_INLINE void PackQTransposed(const flash_problem& p, const void* q, int64_t b,
-                                int64_t first_head, int64_t rows_per_head,
-                                const int64_t* row_index, size_t rows, float scale,
-                                float* HWY_RESTRICT row_tmp, float* HWY_RESTRICT qt) {
+                                int64_t first_head, int64_t rows_per_head, const int64_t* row_index,
+                                size_t rows, float scale, float* HWY_RESTRICT row_tmp,
+                                float* HWY_RESTRICT qt) {
   const size_t D = static_cast<size_t>(p.head_dim);
   for (size_t r = 0; r < rows; ++r) {
     if (row_index[r] < 0) {
@@ -270,9 +269,8 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
     OnlineSoftmax(st, R, kb, m, l, alpha);
 
     if (!boundary) {
-      Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, dv_pad, kb, StridedA{st, 1, R},
-                                       BOperand{vpack, 0, kb, 0}, o, dv_pad,
-                                       CMode::kScaleAccumulate, alpha);
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, dv_pad, kb, StridedA{st, 1, R}, BOperand{vpack, 0, kb, 0},
+                                       o, dv_pad, CMode::kScaleAccumulate, alpha);
     } else {
       BoundaryPv(st, R, kb, lo_rel, hi_rel, alpha, vpack, o, dv_pad);
     }
@@ -287,8 +285,7 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
                  At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
     if (p.lse) {
       p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
-          l[r] == 0.0f ? -std::numeric_limits<float>::infinity()
-                       : (m[r] + std::log2(l[r])) * kLn2;
+          l[r] == 0.0f ? -std::numeric_limits<float>::infinity() : (m[r] + std::log2(l[r])) * kLn2;
     }
   }
 }

@@ -27,7 +27,8 @@ HWY_INLINE void Widen16(const T16* HWY_RESTRICT src, size_t n, float scale,
   const size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, scale);
   size_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, src + i)), vs), df, dst + i);
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, src + i)), vs), df, dst + i);
   if (i < n) {  // tail through a zero-padded lane buffer: never reads past the row
     HWY_ALIGN T16 in[hn::MaxLanes(df)];
     HWY_ALIGN float out[hn::MaxLanes(df)];
@@ -74,8 +75,8 @@ HWY_INLINE void LoadTile(int32_t dtype, const void* src, int64_t ld_src, size_t 
 // Like LoadTile, but into the panel-major layout of BOperand (microkernel-inl.h):
 // columns padded with zeros to whole vectors and cut into panels of panel_width
 // columns; panel p is a dense rows x width block starting at dst + p·panel_width·rows.
-HWY_INLINE void LoadPanels(int32_t dtype, const void* src, int64_t ld_src, size_t rows,
-                           size_t cols, size_t panel_width, float* dst) {
+HWY_INLINE void LoadPanels(int32_t dtype, const void* src, int64_t ld_src, size_t rows, size_t cols,
+                           size_t panel_width, float* dst) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   const size_t padded = (cols + N - 1) / N * N;

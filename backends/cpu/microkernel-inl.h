@@ -96,8 +96,8 @@ HWY_INLINE void GemmColumnTail(size_t M, size_t vecs, size_t K, StridedA a, cons
   if constexpr (NR > 0) {
     if (vecs == NR) {
       for (size_t r = 0; r < M; r += MR)
-        MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, b, ldb, c + r * ldc, ldc,
-                          mode, row_scale ? row_scale + r : nullptr);
+        MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, b, ldb, c + r * ldc, ldc, mode,
+                          row_scale ? row_scale + r : nullptr);
     } else {
       GemmColumnTail<MR, NR - 1>(M, vecs, K, a, b, ldb, c, ldc, mode, row_scale);
     }
@@ -107,8 +107,8 @@ HWY_INLINE void GemmColumnTail(size_t M, size_t vecs, size_t K, StridedA a, cons
 // Column panels outermost: the K x (NR·lanes) panel of B stays in L1 while every
 // MR-row block of A streams past it.
 template <size_t MR, size_t NR>
-HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, BOperand b, float* c,
-                     size_t ldc, CMode mode, const float* row_scale = nullptr) {
+HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, BOperand b, float* c, size_t ldc,
+                     CMode mode, const float* row_scale = nullptr) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const size_t vecs = ncols / N;
@@ -117,8 +117,8 @@ HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, BOperand b, f
   for (; v + NR <= vecs; v += NR) {
     const float* bp = b.Panel(v, N, NR * N, &ldb);
     for (size_t r = 0; r < M; r += MR)
-      MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, bp, ldb, c + r * ldc + v * N,
-                        ldc, mode, row_scale ? row_scale + r : nullptr);
+      MicroTile<MR, NR>(K, StridedA{a.p + r * a.rs, a.rs, a.ks}, bp, ldb, c + r * ldc + v * N, ldc,
+                        mode, row_scale ? row_scale + r : nullptr);
   }
   if (v < vecs) {
     const float* bp = b.Panel(v, N, (vecs - v) * N, &ldb);

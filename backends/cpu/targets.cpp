@@ -1,16 +1,21 @@
 // Compiles the kernels once per SIMD target (Highway foreach_target) and maps the
 // FLASH_CPU_TARGET names onto Highway's dispatch tables. Targets are set by the
 // CMake definitions HWY_COMPILE_ALL_ATTAINABLE and HWY_DISABLED_TARGETS: AVX-512
-// (AVX3), AVX2, SSE4 and EMU128 ("scalar") are always compiled, whatever -march says.
+// (AVX3), AVX2, SSE4 and the baseline scalar target are always compiled, whatever
+// -march says.
 
+// Order matters: foreach_target.h re-includes this file once per target, before the
+// per-target headers below are first seen.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/targets.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
 #include "backends/cpu/backward-inl.h"
 #include "backends/cpu/exp-inl.h"
 #include "backends/cpu/forward-inl.h"
-#include "hwy/highway.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace flash::cpu::HWY_NAMESPACE {
@@ -38,10 +43,11 @@ void Exp2Array(const float* in, float* out, size_t n) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "backends/cpu/targets.h"
+
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cpu/targets.h"
 #include "flash/flash.hpp"
 
 namespace flash::cpu {
@@ -78,14 +84,14 @@ std::vector<TargetKernels> Discover() {
   const int64_t supported = hwy::SupportedTargets();
   for (const Named& n : kKnown) {
     const bool is_scalar = std::strcmp(n.name, "scalar") == 0;
-    if (!(HWY_TARGETS & n.target)) continue;                  // not compiled
-    if (!is_scalar && !(supported & n.target)) continue;      // CPU lacks it
+    if (!(HWY_TARGETS & n.target)) continue;              // not compiled
+    if (!is_scalar && !(supported & n.target)) continue;  // CPU lacks it
     const size_t i = TableIndex(n.target);
     if (!HWY_DISPATCH_TABLE(ForwardItem)[i]) continue;
     out.push_back({n.name, n.target, HWY_DISPATCH_TABLE(GetTiles)[i](),
                    HWY_DISPATCH_TABLE(ForwardItem)[i], HWY_DISPATCH_TABLE(BackwardDeltaItem)[i],
-                   HWY_DISPATCH_TABLE(BackwardKvItem)[i],
-                   HWY_DISPATCH_TABLE(BackwardQItem)[i], HWY_DISPATCH_TABLE(Exp2Array)[i]});
+                   HWY_DISPATCH_TABLE(BackwardKvItem)[i], HWY_DISPATCH_TABLE(BackwardQItem)[i],
+                   HWY_DISPATCH_TABLE(Exp2Array)[i]});
   }
   return out;
 }
@@ -99,7 +105,8 @@ const std::vector<TargetKernels>& SupportedTargets() {
 
 std::string SupportedList() {
   std::string s;
-  for (const TargetKernels& t : SupportedTargets()) s += (s.empty() ? "" : ",") + std::string(t.name);
+  for (const TargetKernels& t : SupportedTargets())
+    s += (s.empty() ? "" : ",") + std::string(t.name);
   return s;
 }
 

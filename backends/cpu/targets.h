@@ -12,8 +12,8 @@ namespace flash::cpu {
 
 // One compiled SIMD target's kernels (function pointers from Highway's dispatch table).
 struct TargetKernels {
-  const char* name;     // "avx512", "avx2", "sse4", "scalar" (FLASH_CPU_TARGET values)
-  int64_t hwy_target;   // HWY_AVX3, ...
+  const char* name;    // "avx512", "avx2", "sse4", "scalar" (FLASH_CPU_TARGET values)
+  int64_t hwy_target;  // HWY_AVX3, ...
   TargetTiles tiles;
   void (*forward_item)(const Plan&, int64_t item);
   void (*backward_delta_item)(const Plan&, int64_t item);

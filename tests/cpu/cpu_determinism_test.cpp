@@ -29,7 +29,8 @@ void ExpectSame(const Outputs& a, const Outputs& b, const char* what) {
   EXPECT_TRUE(a.dq == b.dq) << what << ": dq differs";
   EXPECT_TRUE(a.dk == b.dk) << what << ": dk differs";
   EXPECT_TRUE(a.dv == b.dv) << what << ": dv differs";
-  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4)) << what << ": lse differs";
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4))
+      << what << ": lse differs";
 }
 
 TEST(CpuDeterminism, BitwiseEqualAcrossThreadCounts) {

@@ -49,8 +49,8 @@ TEST_P(Exp2Test, WithinTwoUlpOnTheNormalRange) {
 
 TEST_P(Exp2Test, EdgeValues) {
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> in = {0.0f, -0.0f, -inf, -1e30f, -150.0f, -127.0f, 1.0f, -1.0f,
-                                 128.0f, 1e30f, inf, std::nanf("")};
+  const std::vector<float> in = {0.0f, -0.0f, -inf,   -1e30f, -150.0f, -127.0f,
+                                 1.0f, -1.0f, 128.0f, 1e30f,  inf,     std::nanf("")};
   const std::vector<float> out = Run(in);
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], 1.0f);
@@ -74,9 +74,10 @@ TEST_P(Exp2Test, ExactPowersOfTwo) {
     EXPECT_EQ(out[i], std::ldexp(1.0f, static_cast<int>(in[i]))) << "x = " << in[i];
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, Exp2Test,
-                         ::testing::Range(size_t{0}, SupportedTargets().size()),
-                         [](const auto& info) { return std::string(SupportedTargets()[info.param].name); });
+INSTANTIATE_TEST_SUITE_P(Targets, Exp2Test, ::testing::Range(size_t{0}, SupportedTargets().size()),
+                         [](const auto& info) {
+                           return std::string(SupportedTargets()[info.param].name);
+                         });
 
 }  // namespace
 }  // namespace flash::cpu

@@ -45,7 +45,8 @@ void CheckCase(const Case& c, bool backward) {
     for (int64_t s = 0; s < c.sq; ++s)
       for (int64_t h = 0; h < c.hq; ++h) {
         for (int64_t d = 0; d < Dv; ++d)
-          eo.Add(Problem::At(pr.o, p.o_stride, b, s, h, d), ref.o[((b * c.sq + s) * c.hq + h) * Dv + d]);
+          eo.Add(Problem::At(pr.o, p.o_stride, b, s, h, d),
+                 ref.o[((b * c.sq + s) * c.hq + h) * Dv + d]);
         const double lr = ref.lse[(b * c.hq + h) * c.sq + s];
         const double lg = pr.lse[(b * c.hq + h) * c.sq + s];
         if (std::isinf(lr)) {
@@ -54,8 +55,10 @@ void CheckCase(const Case& c, bool backward) {
           el.Add(lg, lr);
         }
       }
-  EXPECT_TRUE(eo.Ok(Tolerance(c.dtype))) << c.Name() << " o err " << eo.max_err << " nonfinite " << eo.nonfinite;
-  EXPECT_TRUE(el.Ok(1e-4)) << c.Name() << " lse err " << el.max_err << " nonfinite " << el.nonfinite;
+  EXPECT_TRUE(eo.Ok(Tolerance(c.dtype)))
+      << c.Name() << " o err " << eo.max_err << " nonfinite " << eo.nonfinite;
+  EXPECT_TRUE(el.Ok(1e-4)) << c.Name() << " lse err " << el.max_err << " nonfinite "
+                           << el.nonfinite;
   if (!backward) return;
   ASSERT_EQ(pr.Backward(&err), FLASH_OK) << err;
   Error eq, ek, ev;
@@ -63,21 +66,27 @@ void CheckCase(const Case& c, bool backward) {
     for (int64_t s = 0; s < c.sq; ++s)
       for (int64_t h = 0; h < c.hq; ++h)
         for (int64_t d = 0; d < D; ++d)
-          eq.Add(Problem::At(pr.dq, p.q_stride, b, s, h, d), ref.dq[((b * c.sq + s) * c.hq + h) * D + d]);
+          eq.Add(Problem::At(pr.dq, p.q_stride, b, s, h, d),
+                 ref.dq[((b * c.sq + s) * c.hq + h) * D + d]);
     for (int64_t s = 0; s < c.sk; ++s)
       for (int64_t h = 0; h < c.hk; ++h) {
         for (int64_t d = 0; d < D; ++d)
-          ek.Add(Problem::At(pr.dk, p.k_stride, b, s, h, d), ref.dk[((b * c.sk + s) * c.hk + h) * D + d]);
+          ek.Add(Problem::At(pr.dk, p.k_stride, b, s, h, d),
+                 ref.dk[((b * c.sk + s) * c.hk + h) * D + d]);
         for (int64_t d = 0; d < Dv; ++d)
-          ev.Add(Problem::At(pr.dv, p.v_stride, b, s, h, d), ref.dv[((b * c.sk + s) * c.hk + h) * Dv + d]);
+          ev.Add(Problem::At(pr.dv, p.v_stride, b, s, h, d),
+                 ref.dv[((b * c.sk + s) * c.hk + h) * Dv + d]);
       }
   }
   // Gradients sum over many terms: allow 4x the forward's budget (bf16/f16 inputs of
   // the backward include the rounded forward output O).
   const double tol = 4 * Tolerance(c.dtype);
-  EXPECT_TRUE(eq.Ok(tol)) << c.Name() << " dq err " << eq.max_err << " (max " << eq.max_ref << ") nonfinite " << eq.nonfinite;
-  EXPECT_TRUE(ek.Ok(tol)) << c.Name() << " dk err " << ek.max_err << " (max " << ek.max_ref << ") nonfinite " << ek.nonfinite;
-  EXPECT_TRUE(ev.Ok(tol)) << c.Name() << " dv err " << ev.max_err << " (max " << ev.max_ref << ") nonfinite " << ev.nonfinite;
+  EXPECT_TRUE(eq.Ok(tol)) << c.Name() << " dq err " << eq.max_err << " (max " << eq.max_ref
+                          << ") nonfinite " << eq.nonfinite;
+  EXPECT_TRUE(ek.Ok(tol)) << c.Name() << " dk err " << ek.max_err << " (max " << ek.max_ref
+                          << ") nonfinite " << ek.nonfinite;
+  EXPECT_TRUE(ev.Ok(tol)) << c.Name() << " dv err " << ev.max_err << " (max " << ev.max_ref
+                          << ") nonfinite " << ev.nonfinite;
 }
 
 std::vector<Case> Grid() {
@@ -189,7 +198,8 @@ TEST_P(CpuKernel, EmptyKeysGiveZeroAndMinusInf) {
   }
   ASSERT_EQ(pr.Backward(), FLASH_OK);
   for (int64_t s = 0; s < c.sq; ++s)
-    for (int64_t d = 0; d < c.d; ++d) EXPECT_EQ(Problem::At(pr.dq, pr.p.q_stride, 0, s, 0, d), 0.0f);
+    for (int64_t d = 0; d < c.d; ++d)
+      EXPECT_EQ(Problem::At(pr.dq, pr.p.q_stride, 0, s, 0, d), 0.0f);
 }
 
 // A NaN in one V row reaches exactly the rows that see that key, also inside a

@@ -5,13 +5,13 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include <chrono>
-#include <ctime>
-#include <utility>
-#include <cstdio>
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
+#include <utility>
 
 #include "cpu_test_util.h"
 
@@ -111,15 +111,17 @@ int main(int argc, char** argv) {
       best_bc = std::min(best_bc, (CpuSeconds() - c0) / threads);
       best_b = std::min(best_b, std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    std::printf("%s B=%ld H=%ld S=%ld D=%ld %s, %d threads: forward %.1f ms %.1f GFLOP/s (%.0f%% of "
-                "peak %.1f) | backward %.1f ms %.1f GFLOP/s\n",
-                dt.c_str(), (long)B, (long)H, (long)S, (long)D, causal ? "causal" : "full", threads,
-                best_f * 1e3, flops / best_f / 1e9, 100 * flops / best_f / 1e9 / peak, peak,
-                best_b * 1e3, 2.5 * flops / best_b / 1e9);
-    std::printf("    by CPU time: forward %.1f GFLOP/s = %.0f%% of FMA peak %.1f (CPU time); "
-                "backward %.1f GFLOP/s\n",
-                flops / best_fc / 1e9, 100 * flops / best_fc / 1e9 / peak_cpu, peak_cpu,
-                2.5 * flops / best_bc / 1e9);
+    std::printf(
+        "%s B=%ld H=%ld S=%ld D=%ld %s, %d threads: forward %.1f ms %.1f GFLOP/s (%.0f%% of "
+        "peak %.1f) | backward %.1f ms %.1f GFLOP/s\n",
+        dt.c_str(), (long)B, (long)H, (long)S, (long)D, causal ? "causal" : "full", threads,
+        best_f * 1e3, flops / best_f / 1e9, 100 * flops / best_f / 1e9 / peak, peak, best_b * 1e3,
+        2.5 * flops / best_b / 1e9);
+    std::printf(
+        "    by CPU time: forward %.1f GFLOP/s = %.0f%% of FMA peak %.1f (CPU time); "
+        "backward %.1f GFLOP/s\n",
+        flops / best_fc / 1e9, 100 * flops / best_fc / 1e9 / peak_cpu, peak_cpu,
+        2.5 * flops / best_bc / 1e9);
   }
   return 0;
 }

@@ -21,7 +21,8 @@ TEST(CpuTarget, ProbeDetailFormat) {
   ASSERT_EQ(d.rfind("simd=", 0), 0u) << d;
   const std::vector<std::string> names = SupportedTargetNames();
   ASSERT_FALSE(names.empty()) << d;
-  EXPECT_EQ(d.substr(5, names[0].size() + 2), names[0] + "; ") << "best target is the default: " << d;
+  EXPECT_EQ(d.substr(5, names[0].size() + 2), names[0] + "; ")
+      << "best target is the default: " << d;
   EXPECT_EQ(names.back(), "scalar") << d;
   for (const std::string& n : names)
     EXPECT_TRUE(n == "avx512" || n == "avx2" || n == "sse4" || n == "scalar") << n;

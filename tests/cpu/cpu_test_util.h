@@ -76,8 +76,7 @@ struct Case {
 
 // Strides of a [batch, seq, heads, dim] tensor in the case's layout; returns the
 // element count to allocate.
-inline size_t LayoutStrides(int layout, int64_t B, int64_t S, int64_t H, int64_t D,
-                            int64_t* st) {
+inline size_t LayoutStrides(int layout, int64_t B, int64_t S, int64_t H, int64_t D, int64_t* st) {
   if (layout == 1) {  // [b, h, s, d]
     st[2] = S * D;
     st[1] = D;
@@ -157,9 +156,9 @@ struct Problem {
   }
   int Backward(std::string* error = nullptr) {
     flash_message msg{};
-    const int s = flash_cpu_module()->backward(&p, q.data(), k.data(), v.data(), o.data(),
-                                               dout.data(), lse.data(), dq.data(), dk.data(),
-                                               dv.data(), &msg);
+    const int s =
+        flash_cpu_module()->backward(&p, q.data(), k.data(), v.data(), o.data(), dout.data(),
+                                     lse.data(), dq.data(), dk.data(), dv.data(), &msg);
     if (error) *error = msg.text;
     return s;
   }

@@ -75,7 +75,8 @@ inline NaiveResult NaiveAttention(const flash_problem& p, const std::vector<floa
         r.lse[(b * Hq + h) * Sq + i] = mx + std::log(sum);
         for (int64_t j = 0; j < Sk; ++j)
           if (pr[j] != 0)
-            for (int64_t d = 0; d < Dv; ++d) r.o[orow + d] += pr[j] * v[Off(p.v_stride, b, j, hk) + d];
+            for (int64_t d = 0; d < Dv; ++d)
+              r.o[orow + d] += pr[j] * v[Off(p.v_stride, b, j, hk) + d];
         if (!bwd) continue;
         double di = 0;
         for (int64_t d = 0; d < Dv; ++d) di += double(dout[orow + d]) * r.o[orow + d];
@@ -89,8 +90,10 @@ inline NaiveResult NaiveAttention(const flash_problem& p, const std::vector<floa
           double ds = pr[j] * (dp - di);
           if (p.softcap > 0) ds *= 1 - t[j] * t[j];
           for (int64_t d = 0; d < D; ++d) {
-            r.dq[((b * Sq + i) * Hq + h) * D + d] += p.scale * ds * k[Off(p.k_stride, b, j, hk) + d];
-            r.dk[((b * Sk + j) * Hk + hk) * D + d] += p.scale * ds * q[Off(p.q_stride, b, i, h) + d];
+            r.dq[((b * Sq + i) * Hq + h) * D + d] +=
+                p.scale * ds * k[Off(p.k_stride, b, j, hk) + d];
+            r.dk[((b * Sk + j) * Hk + hk) * D + d] +=
+                p.scale * ds * q[Off(p.q_stride, b, i, h) + d];
           }
         }
       }
