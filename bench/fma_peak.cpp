@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -87,18 +88,20 @@ void BM_cpu_fma_peak(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(kernel.run());
   const double flops_per_call =
       kFlopsPerFma * kChains * kernel.lanes * static_cast<double>(kStepsPerCall);
-  // Summed over threads and divided by wall time: the all-threads rate.
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops_per_call / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  // Iterations are already summed over threads; averaging the per-thread counter keeps
+  // it from being summed a second time: total FLOPs / wall time, the all-threads rate.
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops_per_call / 1e9, benchmark::Counter::kIsIterationInvariantRate |
+                                benchmark::Counter::kAvgThreads);
   state.SetLabel(kernel.name);
 }
 
 const unsigned kAllThreads =
     std::thread::hardware_concurrency() ? std::thread::hardware_concurrency() : 1;
 
-// Calls per thread for fma_peak_flops(): 8 calls ≈ 10-20 ms per thread, long enough
-// to dwarf thread start-up, short enough to run once per process.
-constexpr int kProbeCallsPerThread = 8;
+// Calls per thread for fma_peak_flops(): 32 calls ≈ 50-100 ms per thread, timed from
+// the moment every thread is running, so thread start-up stays out of the rate.
+constexpr int kProbeCallsPerThread = 32;
 
 }  // namespace
 
@@ -108,11 +111,17 @@ double fma_peak_flops(int threads) {
   const FmaKernel kernel = widest_fma_kernel();
   if (!kernel.run || threads < 1) return 0.0;
   std::vector<std::thread> workers;
-  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int> ready{0};
   for (int t = 0; t < threads; ++t)
     workers.emplace_back([&] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) {  // start together
+      }
       for (int i = 0; i < kProbeCallsPerThread; ++i) benchmark::DoNotOptimize(kernel.run());
     });
+  while (ready.load() < threads) {
+  }
+  const auto start = std::chrono::steady_clock::now();
   for (std::thread& w : workers) w.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
