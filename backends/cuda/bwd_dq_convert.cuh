@@ -1,6 +1,6 @@
 // Backward postprocessing of the fused dQ: dq = scale · (f32 accumulator), converted to
 // the output dtype and written with q's strides. Memory bound: 4 columns per thread
-// (16-byte loads), one block covers kThreads·4 / dim rows.
+// (16-byte loads), about 256 threads a block.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,13 +9,19 @@
 
 namespace flash::cuda {
 
-constexpr int kDqConvertThreads = 256;
+// Threads per row (4 columns each) and rows per block of about 256 threads.
+template <int kDim>
+struct DqConvertShape {
+  static constexpr int kPerRow = kDim / 4, kRowsPerBlock = 256 / kPerRow;
+  static constexpr int kThreads = kPerRow * kRowsPerBlock;
+  static_assert(kDim % 4 == 0 && kRowsPerBlock >= 1, "whole rows per block");
+};
 
 template <class T, int kDim>
-__global__ void __launch_bounds__(kDqConvertThreads)
+__global__ void __launch_bounds__(DqConvertShape<kDim>::kThreads)
     bwd_dq_convert_kernel(const BwdParams p, const float* __restrict__ acc, int rows_pad) {
-  constexpr int kPerRow = kDim / 4, kRowsPerBlock = kDqConvertThreads / kPerRow;
-  static_assert(kDim % 4 == 0 && kDqConvertThreads % kPerRow == 0, "whole rows per block");
+  constexpr int kPerRow = DqConvertShape<kDim>::kPerRow;
+  constexpr int kRowsPerBlock = DqConvertShape<kDim>::kRowsPerBlock;
   const FwdParams& f = p.f;
   const int head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
@@ -34,13 +40,13 @@ __global__ void __launch_bounds__(kDqConvertThreads)
 template <class T, int kDim>
 void launch_bwd_dq_convert(const BwdParams& params, int batch, const float* acc, int rows_pad,
                            cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kDqConvertThreads / (kDim / 4);
+  using S = DqConvertShape<kDim>;
   BwdParams p = params;
   for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
     p.f.batch_offset = b0;
-    const dim3 grid((p.f.mask.seqlen_q + kRowsPerBlock - 1) / kRowsPerBlock, p.f.heads_q,
-                    std::min(batch - b0, 65535));
-    bwd_dq_convert_kernel<T, kDim><<<grid, kDqConvertThreads, 0, stream>>>(p, acc, rows_pad);
+    const dim3 grid((p.f.mask.seqlen_q + S::kRowsPerBlock - 1) / S::kRowsPerBlock,
+                    p.f.heads_q, std::min(batch - b0, 65535));
+    bwd_dq_convert_kernel<T, kDim><<<grid, S::kThreads, 0, stream>>>(p, acc, rows_pad);
   }
 }
 
