@@ -168,8 +168,10 @@ class HostStaging {
   std::vector<void*> commit() {
     std::vector<void*> out;
     if (entries_.empty()) return out;
-    char* base = static_cast<char*>(
-        cached_device_buffer(stream_, BufferPurpose::staging, total_));
+    // Held until this object dies (after finish() synchronised the stream): another
+    // host thread staging on the same stream must not refill the buffer in between.
+    staging_ = lock_device_buffer(stream_, BufferPurpose::staging, total_);
+    char* base = static_cast<char*>(staging_.ptr);
     std::string names;
     for (auto& e : entries_) {
       e.device = base + e.offset;
@@ -207,6 +209,7 @@ class HostStaging {
   cudaStream_t stream_;
   std::vector<Entry> entries_;
   size_t total_ = 0;
+  LockedBuffer staging_;
 };
 
 MaskParams make_mask(const flash_problem& p) {

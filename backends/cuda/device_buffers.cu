@@ -1,6 +1,7 @@
 // See device_buffers.hpp.
 #include "device_buffers.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -13,6 +14,7 @@ namespace {
 struct Buffer {
   void* ptr = nullptr;
   size_t bytes = 0;
+  std::mutex user;  // held by lock_device_buffer's caller
 };
 std::mutex buffers_mutex;
 std::map<std::tuple<int, cudaStream_t, int>, Buffer>& buffers() {
@@ -21,11 +23,16 @@ std::map<std::tuple<int, cudaStream_t, int>, Buffer>& buffers() {
 }
 }  // namespace
 
-void* cached_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes) {
+namespace {
+Buffer& buffer_entry(cudaStream_t stream, BufferPurpose purpose) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(buffers_mutex);
-  Buffer& b = buffers()[{device, stream, static_cast<int>(purpose)}];
+  return buffers()[{device, stream, static_cast<int>(purpose)}];  // map nodes are stable
+}
+
+// Grows b to at least `bytes`; the caller serialises access to b.
+void* grow(Buffer& b, cudaStream_t stream, size_t bytes) {
   if (b.bytes >= bytes && b.ptr != nullptr) return b.ptr;
   const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);  // amortise growth
   if (b.ptr != nullptr) check_cuda(cudaFreeAsync(b.ptr, stream), "cudaFreeAsync (scratch)");
@@ -34,6 +41,21 @@ void* cached_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t by
   check_cuda(cudaMallocAsync(&b.ptr, grown, stream), "cudaMallocAsync (scratch)");
   b.bytes = grown;
   return b.ptr;
+}
+}  // namespace
+
+void* cached_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes) {
+  Buffer& b = buffer_entry(stream, purpose);
+  std::lock_guard<std::mutex> lock(b.user);
+  return grow(b, stream, bytes);
+}
+
+LockedBuffer lock_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes) {
+  Buffer& b = buffer_entry(stream, purpose);
+  LockedBuffer out;
+  out.lock = std::unique_lock<std::mutex>(b.user);
+  out.ptr = grow(b, stream, bytes);
+  return out;
 }
 
 }  // namespace flash::cuda

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <mutex>
 
 namespace flash::cuda {
 
@@ -14,5 +15,15 @@ enum class BufferPurpose { staging = 0, workspace = 1 };
 // Returns at least `bytes` of device memory, 256-byte aligned, valid for work queued on
 // `stream` until the next call with the same (device, stream, purpose).
 void* cached_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes);
+
+// The same buffer, held exclusively while `lock` lives. Host threads sharing a stream
+// (e.g. the default stream) must not interleave "fill buffer, enqueue kernels" sequences:
+// hold the lock until the last operation using the buffer is enqueued (and, for host
+// staging, until the stream is synchronised).
+struct LockedBuffer {
+  void* ptr = nullptr;
+  std::unique_lock<std::mutex> lock;
+};
+LockedBuffer lock_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes);
 
 }  // namespace flash::cuda
