@@ -13,8 +13,8 @@
 #include "dispatch/backend_adapter.hpp"
 #include "kernels.h"
 #include "mfma_tiles.h"
-#include "portable_tiles.h"
 #include "portability.h"
+#include "portable_tiles.h"
 
 #ifndef FLASHATTN_HIP_TARGETS
 #define FLASHATTN_HIP_TARGETS ""
@@ -93,8 +93,8 @@ Device current_device() {
   int id = 0;
   if ((e = gpu::current_device(&id)) != gpu::kSuccess) {
     Device none;
-    none.reason = std::string("cannot get the current ") + gpu::kRuntime +
-                  " device: " + gpu::error_string(e);
+    none.reason =
+        std::string("cannot get the current ") + gpu::kRuntime + " device: " + gpu::error_string(e);
     return none;
   }
   static std::mutex mutex;
@@ -129,11 +129,11 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
                            std::to_string(p.head_dim_v) + ": hip supports up to " +
                            std::to_string(kPortableMaxHeadDim));
   // Every kernel puts (row block, head, batch) on grid x; the smallest row block is 16.
-  const int64_t rows = direction == FLASH_FORWARD
-                           ? p.seqlen_q * p.heads_q
-                           : (p.seqlen_q * p.heads_q > p.seqlen_kv * p.heads_kv
-                                  ? p.seqlen_q * p.heads_q
-                                  : p.seqlen_kv * p.heads_kv);
+  const int64_t rows =
+      direction == FLASH_FORWARD
+          ? p.seqlen_q * p.heads_q
+          : (p.seqlen_q * p.heads_q > p.seqlen_kv * p.heads_kv ? p.seqlen_q * p.heads_q
+                                                               : p.seqlen_kv * p.heads_kv);
   if ((rows / 16 + 1) * p.batch > kMaxBlocks)
     return Choice::decline("batch * heads * seqlen too large for one hip grid (" +
                            std::to_string(p.batch) + " x " + std::to_string(rows) + " rows)");
@@ -190,8 +190,7 @@ KernelProblem to_kernel_problem(const flash_problem& p) {
 }
 
 // Elements spanned by a [batch, seq, heads, dim] view with these strides.
-size_t span_elems(const int64_t* stride, int64_t batch, int64_t seq, int64_t heads,
-                  int64_t dim) {
+size_t span_elems(const int64_t* stride, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
   if (batch == 0 || seq == 0 || heads == 0 || dim == 0) return 0;
   return static_cast<size_t>((batch - 1) * stride[0] + (seq - 1) * stride[1] +
                              (heads - 1) * stride[2] + dim);
@@ -248,8 +247,8 @@ struct HipBackend {
       reason = dev.reason;
       return false;
     }
-    detail = dev.info.name + " (" + dev.info.arch + ", wave" +
-             std::to_string(dev.info.wave_size) + ", " + gpu::kRuntime +
+    detail = dev.info.name + " (" + dev.info.arch + ", wave" + std::to_string(dev.info.wave_size) +
+             ", " + gpu::kRuntime +
 #if FLASHATTN_HIP_MFMA
              ", MFMA and portable kernels"
 #else
@@ -272,10 +271,14 @@ struct HipBackend {
     const size_t eb = dtype_bytes(p.dtype);
     Staging st(stream);
     ForwardArgs a{};
-    a.q = st.on_device(q, eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim), false);
-    a.k = st.on_device(k, eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim), false);
-    a.v = st.on_device(v, eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v), false);
-    a.o = st.on_device(o, eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), true);
+    a.q = st.on_device(q, eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim),
+                       false);
+    a.k = st.on_device(k, eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim),
+                       false);
+    a.v = st.on_device(
+        v, eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v), false);
+    a.o = st.on_device(o, eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v),
+                       true);
     a.lse = st.on_device(p.lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, true);
     const KernelProblem kp = to_kernel_problem(p);
     gpu::Error e = gpu::kSuccess;
@@ -294,9 +297,12 @@ struct HipBackend {
     gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
     const size_t eb = dtype_bytes(p.dtype);
     const size_t q_bytes = eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
-    const size_t k_bytes = eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
-    const size_t v_bytes = eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
-    const size_t o_bytes = eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
+    const size_t k_bytes =
+        eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
+    const size_t v_bytes =
+        eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+    const size_t o_bytes =
+        eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
     Staging st(stream);
     BackwardArgs a{};
     a.q = st.on_device(q, q_bytes, false);

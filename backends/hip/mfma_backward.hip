@@ -53,9 +53,8 @@ FLASH_DEVICE void load_row_operands(mfma::Operand<T> (&op)[kSteps], const T* row
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads)
     mfma_dkdv_kernel(KernelProblem p, const T* __restrict__ q, const T* __restrict__ k,
-                     const T* __restrict__ v, const T* __restrict__ o,
-                     const T* __restrict__ dout, const float* __restrict__ lse,
-                     T* __restrict__ dk, T* __restrict__ dv) {
+                     const T* __restrict__ v, const T* __restrict__ o, const T* __restrict__ dout,
+                     const float* __restrict__ lse, T* __restrict__ dk, T* __restrict__ dv) {
   using Ops = mfma::Ops<T>;
   using Operand = mfma::Operand<T>;
   constexpr int D = Tile::kDim, QT = Tile::kDkdvRows, P = Tile::kPad;
@@ -104,10 +103,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int r = c / D, d = c % D;
         const int64_t i = t0 + r;
         const bool ok = i < p.seqlen_q;
-        const uint16_t qb = ok && d < p.head_dim
-                                ? q[row_offset(p.q_stride, b, i, h) + d].bits : uint16_t{0};
-        const uint16_t db = ok && d < p.head_dim_v
-                                ? dout[row_offset(p.o_stride, b, i, h) + d].bits : uint16_t{0};
+        const uint16_t qb =
+            ok && d < p.head_dim ? q[row_offset(p.q_stride, b, i, h) + d].bits : uint16_t{0};
+        const uint16_t db =
+            ok && d < p.head_dim_v ? dout[row_offset(p.o_stride, b, i, h) + d].bits : uint16_t{0};
         q_lds[r][d] = qb;
         qt_lds[d][r] = qb;
         do_lds[r][d] = db;
@@ -147,8 +146,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
         for (int e = 0; e < 4; ++e) {
           const int r = 4 * s2 + e;
           const int row = mfma::acc_row(r);
-          const Prob pr = key_ok ? recompute_p(p, t0 + row, key, s_acc[r], lse2_lds[row])
-                                 : Prob{0.f, 0.f};
+          const Prob pr =
+              key_ok ? recompute_p(p, t0 + row, key, s_acc[r], lse2_lds[row]) : Prob{0.f, 0.f};
           pv[e] = pr.p;
           dsv[e] = pr.p * (dp_acc[r] - delta_lds[row]) * pr.slope;
         }
@@ -180,9 +179,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads)
     mfma_dq_kernel(KernelProblem p, const T* __restrict__ q, const T* __restrict__ k,
-                   const T* __restrict__ v, const T* __restrict__ o,
-                   const T* __restrict__ dout, const float* __restrict__ lse,
-                   T* __restrict__ dq) {
+                   const T* __restrict__ v, const T* __restrict__ o, const T* __restrict__ dout,
+                   const float* __restrict__ lse, T* __restrict__ dq) {
   using Ops = mfma::Ops<T>;
   using Operand = mfma::Operand<T>;
   constexpr int D = Tile::kDim, KV = Tile::kDqKeys, P = Tile::kPad;
@@ -205,9 +203,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t row0 = qb * Tile::kRowsPerBlock;
   const int64_t i = row0 + wave * Tile::kRowsPerWave + col;  // this lane's query
   const bool row_ok = i < p.seqlen_q;
-  const int64_t last_row = row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q
-                               ? row0 + Tile::kRowsPerBlock - 1
-                               : p.seqlen_q - 1;
+  const int64_t last_row =
+      row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q ? row0 + Tile::kRowsPerBlock - 1 : p.seqlen_q - 1;
   const int64_t ii = row_ok ? i : 0;
 
   Operand q_op[kSteps], do_op[kSteps];
@@ -239,12 +236,12 @@ __global__ void __launch_bounds__(Tile::kThreads)
       const int j = c / D, d = c % D;
       const int64_t key = t0 + j;
       const bool key_ok = key < p.seqlen_kv;
-      const uint16_t kb = key_ok && d < p.head_dim
-                              ? k[row_offset(p.k_stride, b, key, hk) + d].bits : uint16_t{0};
+      const uint16_t kb =
+          key_ok && d < p.head_dim ? k[row_offset(p.k_stride, b, key, hk) + d].bits : uint16_t{0};
       k_lds[j][d] = kb;
       kt_lds[d][j] = kb;
-      v_lds[j][d] = key_ok && d < p.head_dim_v
-                        ? v[row_offset(p.v_stride, b, key, hk) + d].bits : uint16_t{0};
+      v_lds[j][d] =
+          key_ok && d < p.head_dim_v ? v[row_offset(p.v_stride, b, key, hk) + d].bits : uint16_t{0};
     }
     __syncthreads();
 #pragma unroll
@@ -272,8 +269,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int kcol = kt * mfma::kTile + s2 * mfma::kStepK + 4 * half;
 #pragma unroll
         for (int db = 0; db < kDBlocks; ++db)
-          dq_acc[db] = Ops::mma(mfma::load_operand<T>(&kt_lds[db * mfma::kTile + col][kcol]),
-                                ds_op, dq_acc[db]);
+          dq_acc[db] = Ops::mma(mfma::load_operand<T>(&kt_lds[db * mfma::kTile + col][kcol]), ds_op,
+                                dq_acc[db]);
       }
     }
   }
@@ -300,16 +297,15 @@ gpu::Error launch(const KernelProblem& p, const BackwardArgs& a, gpu::Stream str
     const T* o = static_cast<const T*>(a.o);
     const T* dout = static_cast<const T*>(a.dout);
     const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    mfma_dq_kernel<T, Tile>
-        <<<dim3(static_cast<unsigned>(q_blocks * p.heads_q * p.batch)), dim3(Tile::kThreads),
-           0, stream>>>(p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dq));
+    FLASH_LAUNCH(static_cast<unsigned>(q_blocks * p.heads_q * p.batch), dim3(Tile::kThreads),
+                 stream, mfma_dq_kernel<T, Tile>)
+    (p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dq));
     err = gpu::get_last_error();
     if (err != gpu::kSuccess || p.seqlen_kv == 0) return;
     const int64_t kv_blocks = (p.seqlen_kv + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    mfma_dkdv_kernel<T, Tile>
-        <<<dim3(static_cast<unsigned>(kv_blocks * p.heads_kv * p.batch)), dim3(Tile::kThreads),
-           0, stream>>>(p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dk),
-                        static_cast<T*>(a.dv));
+    FLASH_LAUNCH(static_cast<unsigned>(kv_blocks * p.heads_kv * p.batch), dim3(Tile::kThreads),
+                 stream, mfma_dkdv_kernel<T, Tile>)
+    (p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dk), static_cast<T*>(a.dv));
     err = gpu::get_last_error();
   });
   return err;

@@ -28,9 +28,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   using Ops = mfma::Ops<T>;
   using Operand = mfma::Operand<T>;
   constexpr int D = Tile::kDim, KV = Tile::kFwdKeys, P = Tile::kPad;
-  constexpr int kSteps = D / mfma::kStepK;      // k-steps of S^T = K·Q^T
-  constexpr int kKeyTiles = KV / mfma::kTile;   // 32-key accumulators per K/V tile
-  constexpr int kDBlocks = D / mfma::kTile;     // 32-column blocks of O^T
+  constexpr int kSteps = D / mfma::kStepK;     // k-steps of S^T = K·Q^T
+  constexpr int kKeyTiles = KV / mfma::kTile;  // 32-key accumulators per K/V tile
+  constexpr int kDBlocks = D / mfma::kTile;    // 32-column blocks of O^T
   __shared__ __attribute__((aligned(16))) uint16_t k_lds[KV][D + P];
   __shared__ __attribute__((aligned(16))) uint16_t vt_lds[D][KV + P];
 
@@ -46,9 +46,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t row0 = qb * Tile::kRowsPerBlock;
   const int64_t i = row0 + wave * Tile::kRowsPerWave + col;  // this lane's query
   const bool row_ok = i < p.seqlen_q;
-  const int64_t last_row = row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q
-                               ? row0 + Tile::kRowsPerBlock - 1
-                               : p.seqlen_q - 1;
+  const int64_t last_row =
+      row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q ? row0 + Tile::kRowsPerBlock - 1 : p.seqlen_q - 1;
 
   // Q^T as B operand: lane holds Q[i][8s + 4*half + e].
   Operand q_op[kSteps];
@@ -83,11 +82,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
       const int j = c / D, d = c % D;
       const int64_t key = t0 + j;
       const bool key_ok = key < p.seqlen_kv;
-      k_lds[j][d] = key_ok && d < p.head_dim ? k[row_offset(p.k_stride, b, key, hk) + d].bits
-                                             : uint16_t{0};
-      vt_lds[d][j] = key_ok && d < p.head_dim_v
-                         ? v[row_offset(p.v_stride, b, key, hk) + d].bits
-                         : uint16_t{0};
+      k_lds[j][d] =
+          key_ok && d < p.head_dim ? k[row_offset(p.k_stride, b, key, hk) + d].bits : uint16_t{0};
+      vt_lds[d][j] =
+          key_ok && d < p.head_dim_v ? v[row_offset(p.v_stride, b, key, hk) + d].bits : uint16_t{0};
     }
     __syncthreads();
 
@@ -106,8 +104,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
       for (int r = 0; r < 16; ++r) {
         const int64_t key = t0 + kt * mfma::kTile + mfma::acc_row(r);
-        const float x =
-            key >= mine.lo && key <= mine.hi ? logit_log2(p, s_acc[kt][r]) : -INFINITY;
+        const float x = key >= mine.lo && key <= mine.hi ? logit_log2(p, s_acc[kt][r]) : -INFINITY;
         s_acc[kt][r] = x;
         tile_max = fmaxf(tile_max, x);
       }
@@ -124,7 +121,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
       for (int r = 0; r < 16; ++r) o_acc[db][r] *= alpha;
 
-    // O^T += V^T·P^T; k-step s2 of a key tile takes accumulator registers 4*s2..4*s2+3.
+        // O^T += V^T·P^T; k-step s2 of a key tile takes accumulator registers 4*s2..4*s2+3.
 #pragma unroll
     for (int kt = 0; kt < kKeyTiles; ++kt) {
 #pragma unroll
@@ -159,8 +156,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[db][r] * inv_l);
     }
   if (lse != nullptr && half == 0)
-    lse[(b * p.heads_q + h) * p.seqlen_q + i] =
-        l_row > 0.f ? (m + log2f(l_row)) * kLn2 : -INFINITY;
+    lse[(b * p.heads_q + h) * p.seqlen_q + i] = l_row > 0.f ? (m + log2f(l_row)) * kLn2 : -INFINITY;
 }
 
 template <class T>
@@ -169,10 +165,10 @@ gpu::Error launch(const KernelProblem& p, const ForwardArgs& a, gpu::Stream stre
   with_mfma_tile(dim, [&](auto tile) {
     using Tile = decltype(tile);
     const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    mfma_forward_kernel<T, Tile>
-        <<<dim3(static_cast<unsigned>(q_blocks * p.heads_q * p.batch)), dim3(Tile::kThreads),
-           0, stream>>>(p, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                        static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse);
+    FLASH_LAUNCH(static_cast<unsigned>(q_blocks * p.heads_q * p.batch), dim3(Tile::kThreads),
+                 stream, mfma_forward_kernel<T, Tile>)
+    (p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+     static_cast<T*>(a.o), a.lse);
   });
   return gpu::get_last_error();
 }

@@ -64,8 +64,10 @@ struct Ops<BFloat16> {
     // lane half k/2, element k%2; feeding elements {0,1} then {2,3} of the same
     // vectors pairs A and B elements identically, so the sum over k is unchanged.
     using Pair = short __attribute__((ext_vector_type(2)));
-    c = __builtin_amdgcn_mfma_f32_32x32x4bf16(Pair{a[0], a[1]}, Pair{b[0], b[1]}, c, 0, 0, 0);
-    return __builtin_amdgcn_mfma_f32_32x32x4bf16(Pair{a[2], a[3]}, Pair{b[2], b[3]}, c, 0, 0, 0);
+    const Pair a_lo = {a[0], a[1]}, a_hi = {a[2], a[3]};
+    const Pair b_lo = {b[0], b[1]}, b_hi = {b[2], b[3]};
+    c = __builtin_amdgcn_mfma_f32_32x32x4bf16(a_lo, b_lo, c, 0, 0, 0);
+    return __builtin_amdgcn_mfma_f32_32x32x4bf16(a_hi, b_hi, c, 0, 0, 0);
 #elif defined(__HIP_DEVICE_COMPILE__)
 #error "MFMA kernels are built for gfx90a and gfx908 only"
 #else

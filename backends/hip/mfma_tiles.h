@@ -9,22 +9,21 @@ namespace flash::hip {
 
 template <int kDim_>
 struct MfmaTile {
-  static constexpr int kDim = kDim_;          // padded head dim (q/k and v alike)
-  static constexpr int kWaves = 4;            // per block
+  static constexpr int kDim = kDim_;  // padded head dim (q/k and v alike)
+  static constexpr int kWaves = 4;    // per block
   static constexpr int kThreads = kWaves * 64;
-  static constexpr int kRowsPerWave = 32;     // one MFMA tile
+  static constexpr int kRowsPerWave = 32;  // one MFMA tile
   static constexpr int kRowsPerBlock = kWaves * kRowsPerWave;
-  static constexpr int kFwdKeys = 64;         // forward K/V tile (two MFMA key tiles)
-  static constexpr int kDqKeys = 32;          // dQ pass K/V tile
-  static constexpr int kDkdvRows = 32;        // dK/dV pass Q/dO tile
+  static constexpr int kFwdKeys = 64;   // forward K/V tile (two MFMA key tiles)
+  static constexpr int kDqKeys = 32;    // dQ pass K/V tile
+  static constexpr int kDkdvRows = 32;  // dK/dV pass Q/dO tile
   // 16-bit LDS rows are padded by 4 elements: keeps 8-byte alignment of the 4-element
   // operand reads and shifts consecutive rows across LDS banks.
   static constexpr int kPad = 4;
   static_assert(kDim % 32 == 0 && kDim <= 128, "whole accumulator blocks, <= 128 regs of O");
   static_assert(kFwdKeys % 32 == 0 && kDqKeys % 32 == 0 && kDkdvRows == 32, "MFMA tiles");
   // Forward LDS: K [kFwdKeys][kDim+pad] and V^T [kDim][kFwdKeys+pad], 16-bit.
-  static constexpr int kFwdLdsBytes =
-      2 * (kFwdKeys * (kDim + kPad) + kDim * (kFwdKeys + kPad));
+  static constexpr int kFwdLdsBytes = 2 * (kFwdKeys * (kDim + kPad) + kDim * (kFwdKeys + kPad));
   static_assert(kFwdLdsBytes <= 64 * 1024, "fits the 64 KiB LDS of a CDNA CU");
 };
 

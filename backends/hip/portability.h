@@ -11,7 +11,13 @@
 #include <cstdint>
 #include <string>
 
-#if defined(__HIP__) || defined(__HIPCC__)
+#if defined(FLASH_HIP_CPU_EMULATOR)
+// Tests only (tests/hip/emulator): a CDNA wave64 emulated on the CPU that provides the
+// HIP runtime calls and device built-ins used here, so the AMD code paths, MFMA
+// kernels included, run on a machine without an AMD GPU.
+#include FLASH_HIP_CPU_EMULATOR
+#define FLASH_HIP_ON_AMD 1
+#elif defined(__HIP__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define FLASH_HIP_ON_AMD 1
 #elif defined(__CUDACC__)
@@ -21,6 +27,12 @@
 #define FLASH_HIP_ON_CUDA 1
 #else
 #error "backends/hip sources are compiled by hipcc (AMD) or nvcc (hip-on-cuda build)"
+#endif
+
+// Kernel launch: FLASH_LAUNCH(grid, block, stream, kernel<T, Tile>)(args...). The kernel
+// is the variadic tail so template arguments may contain commas.
+#ifndef FLASH_LAUNCH
+#define FLASH_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<(grid), (block), 0, (stream)>>>
 #endif
 
 #define FLASH_DEVICE __device__ __forceinline__

@@ -35,9 +35,8 @@ FLASH_DEVICE Prob recompute_p(const KernelProblem& p, int64_t i, int64_t key, fl
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads)
     portable_dq_kernel(KernelProblem p, const T* __restrict__ q, const T* __restrict__ k,
-                       const T* __restrict__ v, const T* __restrict__ o,
-                       const T* __restrict__ dout, const float* __restrict__ lse,
-                       T* __restrict__ dq) {
+                       const T* __restrict__ v, const T* __restrict__ o, const T* __restrict__ dout,
+                       const float* __restrict__ lse, T* __restrict__ dq) {
   constexpr int G = Tile::kGroup, N = Tile::kPerLane, D = Tile::kDim, KV = Tile::kTileRows;
   __shared__ float k_tile[KV][D];
   __shared__ float v_tile[KV][D];
@@ -53,9 +52,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t row0 = qb * Tile::kRowsPerBlock;
   const int64_t i = row0 + threadIdx.x / G;
   const bool row_ok = i < p.seqlen_q;
-  const int64_t last_row = row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q
-                               ? row0 + Tile::kRowsPerBlock - 1
-                               : p.seqlen_q - 1;
+  const int64_t last_row =
+      row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q ? row0 + Tile::kRowsPerBlock - 1 : p.seqlen_q - 1;
 
   float q_reg[N], do_reg[N], dq_acc[N];
   const int64_t ii = row_ok ? i : 0;
@@ -200,8 +198,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
         dot = gpu::group_sum<G>(dot);
         dp = gpu::group_sum<G>(dp);
         const int64_t i = t0 + r;
-        const Prob pr = key_ok && i < p.seqlen_q ? recompute_p(p, i, key, dot, lse2_tile[r])
-                                                 : Prob{0.f, 0.f};
+        const Prob pr =
+            key_ok && i < p.seqlen_q ? recompute_p(p, i, key, dot, lse2_tile[r]) : Prob{0.f, 0.f};
         const float ds = pr.p * (dp - delta_tile[r]) * pr.slope;
 #pragma unroll
         for (int n = 0; n < N; ++n) {
@@ -234,16 +232,15 @@ gpu::Error launch(const KernelProblem& p, const BackwardArgs& a, gpu::Stream str
     const T* o = static_cast<const T*>(a.o);
     const T* dout = static_cast<const T*>(a.dout);
     const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    portable_dq_kernel<T, Tile>
-        <<<dim3(static_cast<unsigned>(q_blocks * p.heads_q * p.batch)), dim3(Tile::kThreads),
-           0, stream>>>(p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dq));
+    FLASH_LAUNCH(static_cast<unsigned>(q_blocks * p.heads_q * p.batch), dim3(Tile::kThreads),
+                 stream, portable_dq_kernel<T, Tile>)
+    (p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dq));
     err = gpu::get_last_error();
     if (err != gpu::kSuccess || p.seqlen_kv == 0) return;
     const int64_t kv_blocks = (p.seqlen_kv + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    portable_dkdv_kernel<T, Tile>
-        <<<dim3(static_cast<unsigned>(kv_blocks * p.heads_kv * p.batch)), dim3(Tile::kThreads),
-           0, stream>>>(p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dk),
-                        static_cast<T*>(a.dv));
+    FLASH_LAUNCH(static_cast<unsigned>(kv_blocks * p.heads_kv * p.batch), dim3(Tile::kThreads),
+                 stream, portable_dkdv_kernel<T, Tile>)
+    (p, q, k, v, o, dout, a.lse, static_cast<T*>(a.dk), static_cast<T*>(a.dv));
     err = gpu::get_last_error();
   });
   return err;

@@ -36,9 +36,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t row0 = qb * Tile::kRowsPerBlock;
   const int64_t i = row0 + threadIdx.x / G;
   const bool row_ok = i < p.seqlen_q;
-  const int64_t last_row = row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q
-                               ? row0 + Tile::kRowsPerBlock - 1
-                               : p.seqlen_q - 1;
+  const int64_t last_row =
+      row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q ? row0 + Tile::kRowsPerBlock - 1 : p.seqlen_q - 1;
 
   float q_reg[N], o_acc[N];
   const T* q_row = q + row_offset(p.q_stride, b, row_ok ? i : 0, h);
@@ -80,7 +79,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       tile_max = fmaxf(tile_max, s[j]);
     }
     const float m_new = fmaxf(m, tile_max);
-    if (m_new == -INFINITY) continue;  // nothing visible yet; no shuffles below
+    if (m_new == -INFINITY) continue;               // nothing visible yet; no shuffles below
     const float alpha = gpu::fast_exp2(m - m_new);  // m = -inf gives 0
     l *= alpha;
 #pragma unroll
@@ -114,10 +113,10 @@ gpu::Error launch(const KernelProblem& p, const ForwardArgs& a, gpu::Stream stre
     using Tile = decltype(tile);
     const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
     const int64_t blocks = q_blocks * p.heads_q * p.batch;
-    portable_forward_kernel<T, Tile><<<dim3(static_cast<unsigned>(blocks)),
-                                       dim3(Tile::kThreads), 0, stream>>>(
-        p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-        static_cast<T*>(a.o), a.lse);
+    FLASH_LAUNCH(static_cast<unsigned>(blocks), dim3(Tile::kThreads), stream,
+                 portable_forward_kernel<T, Tile>)
+    (p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+     static_cast<T*>(a.o), a.lse);
   });
   return gpu::get_last_error();
 }
