@@ -84,7 +84,8 @@ struct CpuBackend {
                       void* o) {
     const TargetKernels& t = SelectTarget();
     CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-    const Plan plan = Plan::Make(args, t.tiles);
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses, threads);
     ParallelFor(plan.q_items(), [&](int64_t item) { t.forward_item(plan, item); });
   }
 

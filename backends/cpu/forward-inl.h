@@ -205,14 +205,15 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t N = Tiles::kLanes, K = Tiles::kKeys;
   const size_t R = static_cast<size_t>(plan.item_rows);
+  const size_t RP = std::min(R, Tiles::kRows);  // rows per pass over a K/V tile
   const size_t dv_pad = RoundUpTo(Dv, N);
 
   Workspace& ws = Workspace::ForThisThread();
-  ws.reset(Workspace::RoundUp(D * R) + Workspace::RoundUp(K * R) + Workspace::RoundUp(R * dv_pad) +
+  ws.reset(Workspace::RoundUp(D * R) + Workspace::RoundUp(K * RP) + Workspace::RoundUp(R * dv_pad) +
            5 * Workspace::RoundUp(R) + Workspace::RoundUp(K * D) + Workspace::RoundUp(K * dv_pad) +
            Workspace::RoundUp(std::max(D, Dv)));
   float* qt = ws.take(D * R);
-  float* st = ws.take(K * R);
+  float* st = ws.take(K * RP);
   float* o = ws.take(R * dv_pad);
   float* m = ws.take(R);
   float* l = ws.take(R);
@@ -222,7 +223,9 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
   float* kpack = ws.take(K * D);
   float* vpack = ws.take(K * dv_pad);
   float* row_tmp = ws.take(std::max(D, Dv));
-  int64_t* row_index = ws.index(R);
+  const size_t n_passes = (R + RP - 1) / RP;
+  int64_t* row_index = ws.index(R + 2 * n_passes);
+  int64_t* pass_i = row_index + R;  // per pass: i_min, i_max
 
   StackedRows(plan, qb, row_index);
   const int64_t i_first = qb * plan.rows_per_head;
@@ -234,24 +237,36 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
   std::fill(m, m + R, -std::numeric_limits<float>::infinity());
   std::fill(l, l + R, 0.0f);
 
+  // An item holds several passes of RP rows (Plan::Make); each K/V tile is widened
+  // once and then used by every pass (the copy is per item, not per RP rows). A pass
+  // spans q positions [i_min, i_max] (i_min > i_max: padding only).
+  for (size_t pi = 0; pi < n_passes; ++pi) {
+    int64_t i_min = std::numeric_limits<int64_t>::max(), i_max = -1;
+    for (size_t r = pi * RP; r < std::min(R, (pi + 1) * RP); ++r) {
+      if (row_index[r] < 0) continue;
+      i_min = std::min(i_min, row_index[r]);
+      i_max = std::max(i_max, row_index[r]);
+    }
+    pass_i[2 * pi] = i_min;
+    pass_i[2 * pi + 1] = i_max;
+  }
+
   const MaskRule& mask = plan.mask;
   const int64_t j_begin = mask.lo(i_first), j_end = mask.hi(i_last);  // inclusive
   for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
     const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
-    const bool boundary = !mask.all(i_first, i_last, j0, j0 + static_cast<int64_t>(kb) - 1);
+    const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
 
     // K (A operand, rows = keys) widened into a dense tile, V into column panels. The
-    // copy costs ~1/(2·rows) of the tile's FMAs and keeps the micro-kernels' streams
-    // contiguous: in place, rows 4 KiB apart (8 heads x 128 x f32) alias in L1.
+    // copy keeps the micro-kernels' streams contiguous: in place, rows 4 KiB apart
+    // (8 heads x 128 x f32) alias in L1.
     const size_t k_rows = RoundUpTo(kb, Tiles::kQkMR);
     LoadTile(p.dtype, At(plan.a.k, p.dtype, p.k_stride, b, j0, hkv), p.k_stride[1], kb, k_rows, D,
              1.0f, kpack, D);
     LoadPanels(p.dtype, At(plan.a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, Dv,
                Tiles::kPvNR * N, vpack);
     const StridedA ka{kpack, D, 1};
-    // Fetch the next tile's K/V rows into cache while this tile computes: the copies
-    // above otherwise stall on every row (K/V of a head exceed L2 at long seqlen, and
-    // rows of different heads interleave in memory, which defeats the stream prefetcher).
+    // Fetch the next tile's K/V rows into cache while this tile computes.
     const int64_t j_next = j0 + kPrefetchTiles * static_cast<int64_t>(K);
     if (j_next <= j_end) {
       const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
@@ -262,17 +277,26 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
                    Dv * static_cast<size_t>(esize));
     }
 
-    Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, ka, BOperand::RowMajor(qt, R), st, R,
-                                     CMode::kOverwrite);
-    if (boundary) TileIntervals(mask, row_index, R, j0, kb, lo_rel, hi_rel);
-    if (boundary || p.softcap > 0) CapAndMask(st, R, kb, p.softcap, boundary, lo_rel, hi_rel);
-    OnlineSoftmax(st, R, kb, m, l, alpha);
-
-    if (!boundary) {
-      Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, dv_pad, kb, StridedA{st, 1, R}, BOperand{vpack, 0, kb, 0},
-                                       o, dv_pad, CMode::kScaleAccumulate, alpha);
-    } else {
-      BoundaryPv(st, R, kb, lo_rel, hi_rel, alpha, vpack, o, dv_pad);
+    for (size_t pi = 0; pi < n_passes; ++pi) {
+      const int64_t i_min = pass_i[2 * pi], i_max = pass_i[2 * pi + 1];
+      // Passes whose rows see no key of this tile never touch it.
+      if (i_min > i_max || !mask.any(i_min, i_max, j0, j_last)) continue;
+      const bool boundary = !mask.all(i_min, i_max, j0, j_last);
+      const size_t r0 = pi * RP, rows = std::min(RP, R - r0);
+      Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, rows, D, ka, BOperand::RowMajor(qt + r0, R), st,
+                                       rows, CMode::kOverwrite);
+      if (boundary) TileIntervals(mask, row_index + r0, rows, j0, kb, lo_rel + r0, hi_rel + r0);
+      if (boundary || p.softcap > 0)
+        CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0);
+      OnlineSoftmax(st, rows, kb, m + r0, l + r0, alpha + r0);
+      if (!boundary) {
+        Gemm<Tiles::kPvMR, Tiles::kPvNR>(rows, dv_pad, kb, StridedA{st, 1, rows},
+                                         BOperand{vpack, 0, kb, 0}, o + r0 * dv_pad, dv_pad,
+                                         CMode::kScaleAccumulate, alpha + r0);
+      } else {
+        BoundaryPv(st, rows, kb, lo_rel + r0, hi_rel + r0, alpha + r0, vpack, o + r0 * dv_pad,
+                   dv_pad);
+      }
     }
   }
 

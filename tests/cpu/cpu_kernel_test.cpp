@@ -156,6 +156,17 @@ std::vector<Case> Grid() {
     add(c);
   }
   {
+    Case c;  // long causal: items of several row passes, passes skipping tiles
+    c.sq = c.sk = 1500;
+    c.d = 32;
+    c.causal = true;
+    add(c);
+    c.causal = false;
+    c.wl = 200;
+    c.wr = 30;
+    add(c);
+  }
+  {
     Case c;  // decode-like
     c.hq = 4;
     c.hk = 2;
