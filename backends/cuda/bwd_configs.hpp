@@ -10,8 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 namespace flash::cuda {
@@ -49,13 +47,6 @@ struct BwdQConfig;
 // min blocks caps registers (4 blocks x 128 threads -> 128 registers). Sweep of
 // 2026-11-21 in RESULTS-cuda-backward.md. A tuning build may predefine one of these
 // macros (in a header: nvcc splits command-line -D values at commas).
-#if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 1  // sweep candidates
-#define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
-#define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2
-#define FLASH_BWD_KV_TUNE_64 4, 2, 32, 2
-#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
-#endif
 #ifndef FLASH_BWD_KV_TUNE_32
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
 #endif
@@ -108,9 +99,8 @@ struct BwdKvDerived {
   static constexpr int kTileQBytes = C::kBlockQ * C::kDim * 2;
   // One stage: Q tile, dO tile, lse and Δ of its rows.
   static constexpr int kStageBytes = 2 * kTileQBytes + 2 * C::kBlockQ * 4;
-  // K tile + V tile (resident), two stages, then the dSᵀ tile of the fused dQ.
-  static constexpr int kDsOffset = 2 * C::kBlockKV * C::kDim * 2 + 2 * kStageBytes;
-  static constexpr int kSmemBytes = kDsOffset + C::kBlockKV * C::kBlockQ * 2;
+  // K tile + V tile (resident), two stages.
+  static constexpr int kSmemBytes = 2 * C::kBlockKV * C::kDim * 2 + 2 * kStageBytes;
   static_assert(C::kBlockQ % 16 == 0 && C::kBlockQ <= kBwdRowPad, "whole k16 steps");
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
@@ -156,29 +146,19 @@ struct BwdSimtSmem {
 inline int64_t bwd_rows_pad(int64_t seqlen_q) {
   return (seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
 }
-// Workspace, in 4-byte words: Δ and lse [batch, heads_q, rows_pad] each; for the fused
-// dQ (f16/bf16) also the f32 dQ accumulator [batch, heads_q, rows_pad, dim] and one
-// counter per query tile (tiles of at least 16 rows). O(rows·dim), never N².
-inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q, int dim) {
-  const int64_t rows = batch * heads_q * bwd_rows_pad(seqlen_q);
-  return 2 * rows + rows * dim + rows / 16;
+// Workspace floats: Δ and lse, [batch, heads_q, rows_pad] each. O(rows), never N².
+inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
+  return 2 * batch * heads_q * bwd_rows_pad(seqlen_q);
 }
 
 // Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the
 // SIMT path. Dims past kBwdMmaMaxDim have no tensor-core backward (name empty, 0 bytes).
-// dQ: fused into the dK/dV kernel with ordered accumulation (default), or its own
-// recomputing kernel with FLASH_BWD_DQ=kernel (both deterministic; see bwd_kv_kernel.cuh).
-inline bool bwd_dq_fused() {
-  const char* v = std::getenv("FLASH_BWD_DQ");
-  return v == nullptr || std::strcmp(v, "kernel") != 0;
-}
 inline std::string bwd_config_name(bool is_f32, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
   switch (dim) {
-#define FLASH_BWD_NAME(D)                                           \
-  case D:                                                           \
-    return std::string(BwdKvConfig<D>::kName) +                     \
-           (bwd_dq_fused() ? " + fused_dq" : std::string(" + ") + BwdQConfig<D>::kName);
+#define FLASH_BWD_NAME(D) \
+  case D:                 \
+    return std::string(BwdKvConfig<D>::kName) + " + " + BwdQConfig<D>::kName;
     FLASH_BWD_NAME(32) FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128)
 #undef FLASH_BWD_NAME
   }

@@ -25,123 +25,10 @@
 
 namespace flash::cuda {
 
-// ---- fused dQ: ordered accumulation (deterministic without a separate dQ pass) --------
-//
-// Each key block, after its dSᵀ tile for query tile qt is known, computes the partial
-// dQ(qt) = dS·K (BQ x D, f32) and adds it to the f32 accumulator dqa.dq. The adds to one
-// query tile happen in increasing key-block order: a per-(batch, head, qt) counter says
-// how many key blocks have added; block j waits until it equals its rank among the key
-// blocks that see qt (j - first such block), adds, fences, and increments it. Fixed order
-// -> bitwise reproducible. Progress: a block only waits for lower-numbered blocks of the
-// same head, which the hardware launched earlier (blocks are dispatched in index order),
-// so the lowest unfinished block never waits. The grid puts the key block slowest, so
-// the resident blocks span many heads and rarely wait. A spin limit traps instead of
-// hanging if that assumption ever fails.
-
-// dSᵀ fragments of this warp (or zeros when frag is null) -> the shared [BK][BQ] tile.
-template <class T, int MT, int KS, int BQ>
-__device__ __forceinline__ void write_ds_tile(unsigned char* tile, int warp, int lane,
-                                              const uint32_t* frag) {
-  constexpr int kChunks = BQ / 8;
-  const int g = lane / 4, tig = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = warp * 16 * MT + mt * 16 + g + (r & 1) * 8;
-        const int col = kk * 16 + (r >> 1) * 8 + tig * 2;
-        const int off = (row * kChunks + swizzle<kChunks>(row, col / 8)) * 16 + (col % 8) * 2;
-        *reinterpret_cast<uint32_t*>(tile + off) = frag ? frag[(mt * KS + kk) * 4 + r] : 0u;
-      }
-}
-
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// dQ(qt) += dS·K for the current step, in key-block order (see above). Called by every
-// thread of the block once per step, after the step's dSᵀ tile is written.
 template <class T, class C>
-__device__ __forceinline__ void accumulate_dq(const BwdParams& p, const BwdDqAccum& dqa,
-                                              const unsigned char* ds_tile, uint32_t sK,
-                                              int step, int tiles_per_head, int qt_begin,
-                                              int kv_head, int64_t batch, int k0, int rows_pad) {
-  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, W = C::kWarps;
-  constexpr int kChunks = D / 8, kDsChunks = BQ / 8;
-  constexpr int QM = BQ / 16;             // m16 tiles of the partial dQ
-  constexpr int WPM = W / QM;             // warps per m-tile
-  constexpr int NPW = (D / 8) / WPM;      // n8 tiles per warp
-  static_assert(W % QM == 0 && (D / 8) % (2 * WPM) == 0, "dQ tiles split evenly over warps");
-  static_assert(kDsChunks % 4 == 0, "dSᵀ rows of a multiple of 64 bytes (BQ >= 32)");
-  const FwdParams& f = p.f;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, tig = lane % 4;
-  const int qm = warp % QM, ng = warp / QM;
-  const int head = kv_head * f.group + step / tiles_per_head;
-  const int qt = qt_begin + step % tiles_per_head;
-  const int q0 = qt * BQ;
-  __syncthreads();  // the whole dSᵀ tile is written
-
-  float acc[NPW][4];
-#pragma unroll
-  for (int nt = 0; nt < NPW; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-  const uint32_t ds_base = smem_addr(ds_tile);
-  const int a_row = ((lane >> 4) << 3) + (lane & 7), a_chunk = qm * 2 + ((lane >> 3) & 1);
-  const int b_row = (lane & 7) + (((lane >> 3) & 1) << 3), b_chunk = ng * NPW + (lane >> 4);
-#pragma unroll
-  for (int kk = 0; kk < BK / 16; ++kk) {
-    uint32_t a[4];  // dS (rows = queries, k = keys) from the dSᵀ tile, transposed load
-    ldmatrix_x4_trans(a, tile_addr<kDsChunks>(ds_base, kk * 16 + a_row, a_chunk));
-#pragma unroll
-    for (int nt2 = 0; nt2 < NPW / 2; ++nt2) {
-      uint32_t b[4];  // K (k = keys, n = dims), transposed load
-      ldmatrix_x4_trans(b, tile_addr<kChunks>(sK, kk * 16 + b_row, b_chunk + nt2 * 2));
-      mma_16816<T>(acc[2 * nt2], a, b[0], b[1]);
-      mma_16816<T>(acc[2 * nt2 + 1], a, b[2], b[3]);
-    }
-  }
-
-  const int64_t bh = batch * f.heads_q + head;
-  unsigned* counter = dqa.counters + bh * (rows_pad / BQ) + qt;
-  if (tid == 0) {
-    const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, f.mask.seqlen_q) - 1);
-    const unsigned rank = (unsigned)(k0 / BK - keys.begin / BK);
-    for (long spins = 0; load_acquire(counter) != rank; ++spins) {
-      __nanosleep(32);
-      if (spins > (1l << 27)) __trap();  // ~seconds: a dispatch-order assumption broke
-    }
-  }
-  __syncthreads();
-  float* dst = dqa.dq + (bh * rows_pad + q0 + qm * 16 + g) * D + ng * NPW * 8 + tig * 2;
-#pragma unroll
-  for (int nt = 0; nt < NPW; ++nt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float* at = dst + h * 8 * D + nt * 8;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // two adjacent columns per add
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at), "f"(acc[nt][2 * h]),
-                   "f"(acc[nt][2 * h + 1])
-                   : "memory");
-#else
-      atomicAdd(at, acc[nt][2 * h]);
-      atomicAdd(at + 1, acc[nt][2 * h + 1]);
-#endif
-    }
-  __threadfence();
-  __syncthreads();  // every add of this block is visible before the counter moves on
-  if (tid == 0) atomicAdd(counter, 1u);
-}
-
-template <class T, class C, bool kFuseDq>
 __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
-                  const float* __restrict__ delta, int rows_pad, const BwdDqAccum dqa) {
+                  const float* __restrict__ delta, int rows_pad) {
   using Dv = BwdKvDerived<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, MT = C::kMTiles;
   constexpr int kThreads = Dv::kThreads, kChunks = Dv::kChunks;
@@ -155,13 +42,12 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   const uint32_t sV = sK + BK * D * 2;
   const uint32_t sStage = sV + BK * D * 2;  // stage s: Q, dO, lse[BQ], Δ[BQ]
   const float* fStage = reinterpret_cast<const float*>(smem + 2 * BK * D * 2);
-  unsigned char* const ds_tile = smem + Dv::kDsOffset;  // dSᵀ [BK][BQ] (fused dQ only)
 
   const FwdParams& f = p.f;
   const int group = f.group;
   const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  // Grid: x = key block * (batches * kv heads) + (batch, kv head), key block slowest, so
-  // the blocks resident at once belong to many heads (see the fused dQ order below).
+  // Grid: x = key block * (batches * kv heads) + (batch, kv head), key block slowest: the
+  // first blocks dispatched are the heaviest under a causal mask (they see most rows).
   const int num_kv_blocks = (skv + BK - 1) / BK;
   const int bh_count = gridDim.x / num_kv_blocks;
   const int kv_block = blockIdx.x / bh_count, bh = blockIdx.x % bh_count;
@@ -234,12 +120,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     // A warp whose keys no row of this tile sees skips the tile (causal diagonal).
     const RowRange wrows = bwd_visible_rows(f.mask, kw0, kw0 + 16 * MT - 1);
     const bool active = wrows.end > q0 && wrows.begin < q0 + BQ && wrows.end > wrows.begin;
-    if (!active) {
-      if constexpr (kFuseDq) write_ds_tile<T, MT, KS, BQ>(ds_tile, warp, lane, nullptr);
-      if constexpr (kFuseDq) accumulate_dq<T, C>(p, dqa, ds_tile, sK, step, tiles_per_head, qt_begin,
-                                                 kv_head, batch, k0, rows_pad);
-      continue;
-    }
+    if (!active) continue;
     const uint32_t st = stage * kStage;
 
     // ---- Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ ------------------------------------------------------
@@ -338,11 +219,6 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
         }
       }
     }
-    if constexpr (kFuseDq) {
-      write_ds_tile<T, MT, KS, BQ>(ds_tile, warp, lane, &df[0][0][0]);
-      accumulate_dq<T, C>(p, dqa, ds_tile, sK, step, tiles_per_head, qt_begin, kv_head, batch,
-                          k0, rows_pad);
-    }
   }
 
   // ---- store dK·scale and dV (rows past seqlen_kv and columns past the dims dropped) ----
@@ -369,11 +245,11 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     }
 }
 
-template <class T, class C, bool kFuseDq>
+template <class T, class C>
 void launch_bwd_kv(const BwdParams& params, int batch, const float* lse2, const float* delta,
-                   int rows_pad, const BwdDqAccum& dqa, cudaStream_t stream) {
+                   int rows_pad, cudaStream_t stream) {
   using Dv = BwdKvDerived<C>;
-  auto kernel = bwd_kv_kernel<T, C, kFuseDq>;
+  auto kernel = bwd_kv_kernel<T, C>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dv::kSmemBytes);
   const int64_t num_kv_blocks = (params.f.mask.seqlen_kv + C::kBlockKV - 1) / C::kBlockKV;
   // One-dimensional grid of num_kv_blocks * (batches * kv heads) < 2^31 blocks per launch.
@@ -384,7 +260,7 @@ void launch_bwd_kv(const BwdParams& params, int batch, const float* lse2, const 
     p.f.batch_offset = b0;
     const int64_t blocks = per_batch * std::min(batch - b0, chunk);
     kernel<<<(unsigned)blocks, Dv::kThreads, Dv::kSmemBytes, stream>>>(p, lse2, delta,
-                                                                        rows_pad, dqa);
+                                                                        rows_pad);
   }
 }
 

@@ -7,7 +7,6 @@
 // dQ needs no f32 global accumulator: it is accumulated in registers by its own kernel.
 #pragma once
 
-#include "bwd_dq_convert.cuh"
 #include "bwd_f32_kernel.cuh"
 #include "bwd_kv_kernel.cuh"
 #include "bwd_preprocess.cuh"
@@ -25,22 +24,9 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
     launch_bwd_f32<kDim>(p, batch, lse, delta, rows_pad, stream);
   } else if constexpr (kDim <= kBwdMmaMaxDim) {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
-    using KvC = BwdKvConfig<kDim>;
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
-    if (bwd_dq_fused()) {
-      const int64_t rows = (int64_t)batch * p.f.heads_q * rows_pad;
-      BwdDqAccum dqa;
-      dqa.dq = p.delta + 2 * rows;
-      dqa.counters = reinterpret_cast<unsigned*>(dqa.dq + rows * kDim);
-      // Both zeroed on the stream; counters: one per query tile of KvC::kBlockQ rows.
-      cudaMemsetAsync(dqa.dq, 0, sizeof(float) * rows * kDim, stream);
-      cudaMemsetAsync(dqa.counters, 0, sizeof(unsigned) * (rows / KvC::kBlockQ), stream);
-      launch_bwd_kv<T, KvC, true>(p, batch, lse, delta, rows_pad, dqa, stream);
-      launch_bwd_dq_convert<T, kDim>(p, batch, dqa.dq, rows_pad, stream);
-    } else {
-      launch_bwd_kv<T, KvC, false>(p, batch, lse, delta, rows_pad, BwdDqAccum{}, stream);
-      launch_bwd_q<T, BwdQConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
-    }
+    launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+    launch_bwd_q<T, BwdQConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
   }
   // Otherwise choose() has declined the problem (f16/bf16 past kBwdMmaMaxDim).
 }

@@ -74,13 +74,6 @@ struct ScoreGrad {
   }
 };
 
-// Fused-dQ workspace (bwd_kv_kernel.cuh): f32 accumulator [batch, heads_q, rows_pad,
-// tile dim] and one arrival counter per (batch, head, query tile); both zeroed per call.
-struct BwdDqAccum {
-  float* dq;
-  unsigned* counters;
-};
-
 // Loads n floats (n a multiple of 4, 16-byte aligned source) into shared memory with
 // cp.async, one 16-byte chunk per thread of the first n/4 threads past `first_thread`.
 __device__ __forceinline__ void load_floats_async(float* dst, const float* src, int n,

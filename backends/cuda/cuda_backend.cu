@@ -454,7 +454,7 @@ struct CudaBackend {
     b.heads_kv = static_cast<int>(p.heads_kv);
     b.delta = static_cast<float*>(cached_device_buffer(
         stream, BufferPurpose::workspace,
-        sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q, tile_dim(p))));
+        sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q)));
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
     switch (p.dtype) {

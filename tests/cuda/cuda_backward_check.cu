@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -262,20 +261,12 @@ int main(int argc, char** argv) {
                   {1, 300, 200, 2, 2, 96, 96, true, -1, -1, 0.f},    // rows that see no key
                   {1, 200, 200, 2, 1, 256, 256, true, -1, -1, 0.f},  // f32 only
               };
-  // Both dQ modes of the f16/bf16 path: fused ordered accumulation (default) and the
-  // separate dQ kernel (FLASH_BWD_DQ=kernel).
-  for (const char* mode : {"fused", "kernel"}) {
-    setenv("FLASH_BWD_DQ", mode, 1);
-    std::printf("dQ mode: %s\n", mode);
-    for (int dtype : {FLASH_BF16, FLASH_F16, FLASH_F32})
-      for (const Shape& s : det) {
-        if (std::max(s.d, s.dv) > 128 && dtype != FLASH_F32) continue;
-        if (dtype == FLASH_F32 && mode[0] == 'k') continue;  // f32 has one path
-        ++total;
-        if (!check_determinism(m, s, dtype, rng)) ++fails;
-      }
-  }
-  unsetenv("FLASH_BWD_DQ");
+  for (int dtype : {FLASH_BF16, FLASH_F16, FLASH_F32})
+    for (const Shape& s : det) {
+      if (std::max(s.d, s.dv) > 128 && dtype != FLASH_F32) continue;
+      ++total;
+      if (!check_determinism(m, s, dtype, rng)) ++fails;
+    }
   const std::vector<Shape> fd =
       quick ? std::vector<Shape>{{1, 19, 23, 2, 1, 32, 32, true, -1, -1, 0.f}}
             : std::vector<Shape>{

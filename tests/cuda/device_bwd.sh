@@ -29,9 +29,6 @@ T=build-device/tests/cuda
 if has suite; then
   build-device/tests/flashattn_tests --gtest_filter='All/Backward*cuda*' > "$OUT/suite.log" 2>&1
   echo "suite rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure|max error" "$OUT/suite.log" | head -30
-  FLASH_BWD_DQ=kernel build-device/tests/flashattn_tests --gtest_filter='All/Backward*cuda*' \
-    > "$OUT/suite-dqkernel.log" 2>&1
-  echo "suite (FLASH_BWD_DQ=kernel) rc=$?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$OUT/suite-dqkernel.log" | head -20
 fi
 if has check; then
   $T/cuda_backward_check "$MOD" > "$OUT/check.log" 2>&1; echo "check rc=$?"
@@ -47,10 +44,6 @@ fi
 if has bench; then
   $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} \
     --seqlens ${SEQLENS:-1024 2048 4096 8192 16384} 2>&1 | tee "$OUT/bench.log"
-fi
-if has benchdq; then  # the separate dQ kernel instead of the fused accumulation
-  FLASH_BWD_DQ=kernel $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} \
-    --seqlens ${SEQLENS:-1024 2048 4096 8192 16384} 2>&1 | tee "$OUT/bench-dqkernel.log"
 fi
 if has f32; then  # the f32 path beside torch's f32 backends (small: SIMT FMA is slow)
   $T/cuda_backward_bench "$MOD" --dtype f32 --dims 64 128 --seqlens 1024 --iters 3 2>&1 |
