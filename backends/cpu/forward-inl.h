@@ -3,7 +3,8 @@
 //
 // Algorithm (FlashAttention-2 on CPU): an item is (batch, kv head, block of q rows)
 // with the rows of every query head of the GQA group stacked, so each K/V tile is
-// read once per group. Qᵀ (scaled by scale·log2e) is packed once per item; then for
+// read once per group; an item runs up to 4 passes of kRows rows over each widened
+// K/V tile. Qᵀ (scaled by scale·log2e) is packed once per item; then for
 // each K/V tile of kKeys keys inside the item's visible key range:
 //   Sᵀ = K·Qᵀ        micro-kernel, K read in place (f32) or widened per tile
 //   mask             only on boundary tiles (whole tiles outside the mask are never
@@ -16,8 +17,11 @@
 // Rows that see no key get o = 0, lse = -inf.
 // Tolerance class: f32 accumulation throughout; error comparable to a naive f32
 // attention (the cross-backend suite's 2x-naive rule).
-// Measured (dev machine, 2 cores AVX2, f32, B=1 H=8 S=2048 D=128): see
-// backends/cpu/README.md and bench/RESULTS.md.
+// Measured 2026-11-21, dev machine (AMD EPYC, 2 shared vCPUs, AVX2, load 5-10), f32,
+// B=1 H=8 S=2048 D=128, flash_cpu_speed: 2 threads 119-126 GFLOP/s per CPU-second =
+// 73-80% of the FMA probe (same run), causal 110-114 = 67%; wall clock 38-42 GFLOP/s
+// = 62-70% of the probe's wall rate in the same window (the cores are shared).
+// 1 thread: 69% / 61% causal. bf16 67% / 57%. Details: backends/cpu/README.md.
 // Run: build/tests/cpu/flash_cpu_kernel_test (correctness vs a naive loop, all SIMD
 // targets), build/tests/cpu/flash_cpu_speed (GFLOP/s).
 
