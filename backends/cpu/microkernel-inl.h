@@ -8,9 +8,9 @@
 // broadcasts MR scalars of A and issues MR·NR independent FMAs — enough independent
 // chains to cover FMA latency (2 pipes x 4 cycles) on every x86 target.
 // Contract: M % MR == 0 and ncols % lanes == 0 (callers pad); K is any size >= 0.
-// Measured (perf annotate, dev machine, AVX2 6x2): the inner loop is 12 FMAs + 2 loads
-// + 6 broadcasts with no spills; the two forward products take ~70% of forward time at
-// 73-80% of FMA peak overall, so they run at roughly 90% of peak.
+// Measured (perf annotate, dev machine, AVX2 6x2, 1 thread): the inner loop is 12 FMAs
+// + 2 loads + 6 broadcasts, no spills; the two forward products take ~75% of forward
+// time in a run at 58-69% of FMA peak overall, i.e. the loops run at ~80-90% of peak.
 
 #if defined(FLASH_CPU_MICROKERNEL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FLASH_CPU_MICROKERNEL_INL_H_
