@@ -16,7 +16,9 @@
 //
 // Tolerance class: f32 accumulation; P and dS are rounded to the input dtype before
 // the two products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured speed and how to run: backends/cuda/RESULTS-cuda-backward.md.
+// Measured (H200, bf16, with bwd_q; FlashAttention shapes): 155-160 TFLOP/s at D=64,
+// 175-188 at D=128 for S >= 4096, 0.57-0.82x torch's FlashAttention-2 backward.
+// How to run: backends/cuda/RESULTS-cuda-backward.md (tests/cuda/device_bwd.sh).
 #pragma once
 
 #include <cuda_runtime.h>
