@@ -125,13 +125,27 @@ struct BackwardTiles {
   float *st, *dpt, *kpack, *vpack, *acc0, *acc1, *lo_rel, *hi_rel;
 };
 
-// acc0_floats: dK accumulator (pass 1) or dQ accumulator (pass 2).
-HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, size_t acc0_floats) {
+// acc0_floats: dK accumulator (pass 1) or dQ accumulator (pass 2); kv_tiles: K/V tiles
+// held at once (pass 1 item) — each gets its own packed K, V and dV accumulator.
+HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, size_t acc0_floats,
+                                           size_t kv_tiles = 1) {
   const size_t N = Tiles::kLanes, K = Tiles::kKeys;
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t d_pad = RoundUpTo(D, N), dv_pad = RoundUpTo(Dv, N);
-  const size_t sizes[] = {D * R, R * d_pad, Dv * R,     R * dv_pad,  R,          R, K * R,
-                          K * R, K * d_pad, K * dv_pad, acc0_floats, K * dv_pad, R, R};
+  const size_t sizes[] = {D * R,
+                          R * d_pad,
+                          Dv * R,
+                          R * dv_pad,
+                          R,
+                          R,
+                          K * R,
+                          K * R,
+                          K * d_pad * kv_tiles,
+                          K * dv_pad * kv_tiles,
+                          acc0_floats,
+                          K * dv_pad * kv_tiles,
+                          R,
+                          R};
   size_t total = 0;
   for (size_t s : sizes) total += Workspace::RoundUp(s);
   Workspace& ws = Workspace::ForThisThread();
@@ -148,10 +162,10 @@ HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, siz
             dv_pad};
   t.st = ws.take(K * R);
   t.dpt = ws.take(K * R);
-  t.kpack = ws.take(K * d_pad);
-  t.vpack = ws.take(K * dv_pad);
+  t.kpack = ws.take(K * d_pad * kv_tiles);
+  t.vpack = ws.take(K * dv_pad * kv_tiles);
   t.acc0 = ws.take(acc0_floats);
-  t.acc1 = ws.take(K * dv_pad);  // dV (pass 1)
+  t.acc1 = ws.take(K * dv_pad * kv_tiles);  // dV (pass 1)
   t.lo_rel = ws.take(R);
   t.hi_rel = ws.take(R);
   return t;
@@ -166,10 +180,12 @@ struct KvOperands {
 };
 
 HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t j0, size_t kb,
-                             size_t k_rows, const BackwardTiles& t) {
+                             size_t k_rows, const BackwardTiles& t, size_t slot = 0) {
   const flash_problem& p = *a.p;
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t d_pad = t.rows.d_pad;
+  float* kpack = t.kpack + slot * Tiles::kKeys * d_pad;
+  float* vpack = t.vpack + slot * Tiles::kKeys * t.rows.dv_pad;
   // In place only for f32 rows that are contiguous (one head, or D·heads small): rows
   // 4 KiB apart alias in L1, so other layouts are packed.
   const bool in_place = p.dtype == FLASH_F32 && k_rows == kb && p.k_stride[1] == p.head_dim &&
@@ -182,9 +198,9 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
     op.ldk = static_cast<size_t>(p.k_stride[1]);
   } else {
     LoadTile(p.dtype, At(a.k, p.dtype, p.k_stride, b, j0, hkv), p.k_stride[1], kb, k_rows, D, 1.0f,
-             t.kpack, d_pad);
-    op.ka = {t.kpack, d_pad, 1};
-    op.kb_ptr = t.kpack;
+             kpack, d_pad);
+    op.ka = {kpack, d_pad, 1};
+    op.kb_ptr = kpack;
     op.ldk = d_pad;
   }
   if (in_place) {
@@ -192,8 +208,8 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
              static_cast<size_t>(p.v_stride[1]), 1};
   } else {
     LoadTile(p.dtype, At(a.v, p.dtype, p.v_stride, b, j0, hkv), p.v_stride[1], kb, k_rows, Dv, 1.0f,
-             t.vpack, Dv);
-    op.va = {t.vpack, Dv, 1};
+             vpack, Dv);
+    op.va = {vpack, Dv, 1};
   }
   return op;
 }
@@ -243,54 +259,68 @@ HWY_INLINE void BackwardDeltaItemImpl(const Plan& plan, int64_t item) {
   }
 }
 
-// Pass 1: dK and dV of one K/V block, summed over the group's heads.
+// Pass 1: dK and dV of up to Plan::kv_per_item consecutive K/V tiles, summed over the
+// group's heads. Each q tile's Q and dO are loaded once for all of the item's tiles;
+// every key still accumulates over (head, q tile) in the same order whatever the
+// grouping, so results do not depend on it.
 HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
   const CallArgs& a = plan.a;
   const flash_problem& p = *a.p;
-  int64_t b, hkv, kvb;
-  plan.decode_kv_item(item, b, hkv, kvb);
+  int64_t b, hkv, kv_first;
+  plan.decode_kv_item(item, b, hkv, kv_first);
   const size_t R = Tiles::kRows, K = Tiles::kKeys;
-  const int64_t j0 = kvb * static_cast<int64_t>(K);
-  const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
-  const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);
-  const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
-  BackwardTiles t =
-      TakeBackwardTiles(p, R, K * RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes));
-  const size_t d_pad = t.rows.d_pad, dv_pad = t.rows.dv_pad;
-  float* dk_acc = t.acc0;
-  float* dv_acc = t.acc1;
-  std::fill(dk_acc, dk_acc + k_rows * d_pad, 0.0f);
-  std::fill(dv_acc, dv_acc + k_rows * dv_pad, 0.0f);
-  const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
+  const size_t n_tiles =
+      static_cast<size_t>(std::min<int64_t>(plan.kv_per_item, plan.kv_blocks - kv_first));
+  const size_t d_pad = RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes);
+  BackwardTiles t = TakeBackwardTiles(p, R, K * d_pad * n_tiles, n_tiles);
+  const size_t dv_pad = t.rows.dv_pad;
+  const int64_t j_item = kv_first * static_cast<int64_t>(K);
+  const int64_t j_item_last =
+      std::min<int64_t>(j_item + static_cast<int64_t>(n_tiles * K), p.seqlen_kv) - 1;
+  std::fill(t.acc0, t.acc0 + K * d_pad * n_tiles, 0.0f);
+  std::fill(t.acc1, t.acc1 + K * dv_pad * n_tiles, 0.0f);
+  KvOperands kv[Plan::kMaxPasses];
+  for (size_t s = 0; s < n_tiles; ++s) {
+    const int64_t j0 = j_item + static_cast<int64_t>(s * K);
+    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
+    kv[s] = LoadKv(a, b, hkv, j0, kb, RoundUpTo(kb, Tiles::kKeyAlign), t, s);
+  }
   int64_t* row_index = Workspace::ForThisThread().index(R);
 
   for (int64_t g = 0; g < plan.group; ++g) {
     const int64_t h = hkv * plan.group + g;
     for (int64_t i0 = 0; i0 < p.seqlen_q; i0 += static_cast<int64_t>(R)) {
       const int64_t i_last = std::min<int64_t>(i0 + static_cast<int64_t>(R), p.seqlen_q) - 1;
-      if (!plan.mask.any(i0, i_last, j0, j_last)) continue;
-      const bool boundary = !plan.mask.all(i0, i_last, j0, j_last);
+      if (!plan.mask.any(i0, i_last, j_item, j_item_last)) continue;
       PrefetchNextQTile(p, a, b, h, i_last + 1, R);
       for (size_t r = 0; r < R; ++r) {
         const int64_t i = i0 + static_cast<int64_t>(r);
         row_index[r] = i <= i_last ? i : -1;
         t.rows.Load(a, b, h, row_index[r], r);
       }
-      if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
-      ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
-      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1},
-                                       BOperand::RowMajor(t.rows.dorow, dv_pad), dv_acc, dv_pad,
-                                       CMode::kAccumulate);
-      Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1},
-                                       BOperand::RowMajor(t.rows.qrow, d_pad), dk_acc, d_pad,
-                                       CMode::kAccumulate);
+      for (size_t s = 0; s < n_tiles; ++s) {
+        const int64_t j0 = j_item + static_cast<int64_t>(s * K);
+        const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
+        const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);
+        const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
+        if (!plan.mask.any(i0, i_last, j0, j_last)) continue;
+        const bool boundary = !plan.mask.all(i0, i_last, j0, j_last);
+        if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
+        ScoresAndGrad(p, kv[s], k_rows, kb, R, boundary, t);
+        Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1},
+                                         BOperand::RowMajor(t.rows.dorow, dv_pad),
+                                         t.acc1 + s * K * dv_pad, dv_pad, CMode::kAccumulate);
+        Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1},
+                                         BOperand::RowMajor(t.rows.qrow, d_pad),
+                                         t.acc0 + s * K * d_pad, d_pad, CMode::kAccumulate);
+      }
     }
   }
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
-  for (size_t j = 0; j < kb; ++j) {
-    const int64_t key = j0 + static_cast<int64_t>(j);
-    StoreFromF32(p.dtype, dk_acc + j * d_pad, D, 1.0f, At(a.dk, p.dtype, p.k_stride, b, key, hkv));
-    StoreFromF32(p.dtype, dv_acc + j * dv_pad, Dv, 1.0f,
+  for (int64_t key = j_item; key <= j_item_last; ++key) {
+    const size_t j = static_cast<size_t>(key - j_item);  // row in the stacked accumulators
+    StoreFromF32(p.dtype, t.acc0 + j * d_pad, D, 1.0f, At(a.dk, p.dtype, p.k_stride, b, key, hkv));
+    StoreFromF32(p.dtype, t.acc1 + j * dv_pad, Dv, 1.0f,
                  At(a.dv, p.dtype, p.v_stride, b, key, hkv));
   }
 }

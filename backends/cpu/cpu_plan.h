@@ -81,33 +81,47 @@ struct Plan {
   int64_t rows_per_head;  // q rows of each head in one item
   int64_t item_rows;      // group * rows_per_head padded to tiles.row_align
   int64_t q_blocks;       // per (batch, kv head)
-  int64_t kv_blocks;      // per (batch, kv head), backward dk/dv pass
+  int64_t kv_blocks;      // K/V tiles per (batch, kv head)
+  int64_t kv_groups;      // dK/dV items per (batch, kv head)
+  int64_t kv_per_item;    // K/V tiles per dK/dV item
   int64_t bh;             // batch * heads_kv
 
   // The forward may give an item up to kMaxPasses x tiles.rows rows (each K/V tile is
   // then widened once for all of them: on the dev machine the K/V copies fell from
-  // ~26% to ~8% of forward time); the backward uses one pass.
+  // ~26% to ~13% of forward time); the backward's dK/dV pass likewise gives an item up
+  // to kMaxPasses K/V blocks (Q and dO are loaded once for all of them).
   static constexpr int kMaxPasses = 4;
+  // Items are made as large as possible while leaving at least this many; it does
+  // not depend on the thread count, so neither do the results (tile grouping decides
+  // which tiles take the masked path).
+  static constexpr int64_t kMinItems = 32;
 
-  // passes: most row passes per item; threads: OpenMP width. The item size is the
-  // largest that still leaves >= kItemsPerThread items per thread for load balance.
-  static Plan Make(const CallArgs& a, const TargetTiles& t, int max_passes = 1, int threads = 1) {
-    constexpr int64_t kItemsPerThread = 4;
+  // max_passes: forward rows per item in units of tiles.rows; max_kv_blocks: K/V blocks
+  // per dK/dV item.
+  static Plan Make(const CallArgs& a, const TargetTiles& t, int max_passes = 1,
+                   int max_kv_blocks = 1) {
     const flash_problem& p = *a.p;
-    Plan plan{a, t, MaskRule::From(p), p.heads_q / p.heads_kv, 0, 0, 0, 0, p.batch * p.heads_kv};
+    Plan plan{a, t, MaskRule::From(p),   p.heads_q / p.heads_kv, 0, 0, 0, 0,
+              0, 1, p.batch * p.heads_kv};
     for (int passes = max_passes; passes >= 1; passes /= 2) {
       const int64_t rows = static_cast<int64_t>(t.rows) * passes;
       plan.rows_per_head = std::max<int64_t>(1, std::min<int64_t>(rows / plan.group, p.seqlen_q));
       plan.q_blocks = (p.seqlen_q + plan.rows_per_head - 1) / plan.rows_per_head;
-      if (plan.q_items() >= kItemsPerThread * threads) break;
+      if (plan.q_items() >= kMinItems) break;
     }
     const int64_t stacked = plan.group * plan.rows_per_head;
     const int64_t align = static_cast<int64_t>(t.row_align);
     plan.item_rows = (stacked + align - 1) / align * align;
     const int64_t keys = static_cast<int64_t>(t.keys);
     plan.kv_blocks = (p.seqlen_kv + keys - 1) / keys;
+    for (int n = max_kv_blocks; n >= 1; n /= 2) {
+      plan.kv_per_item = n;
+      plan.kv_groups = (plan.kv_blocks + n - 1) / n;
+      if (plan.kv_items() >= kMinItems) break;
+    }
     return plan;
   }
+
   // Items of one (batch, kv head) are consecutive, so the threads work through the
   // same K/V at the same time (it stays in L2/L3), and within a head the last q blocks
   // (the most expensive under a causal mask) come first: with a dynamic schedule the
@@ -119,12 +133,13 @@ struct Plan {
     b = bhi / a.p->heads_kv;
     hkv = bhi % a.p->heads_kv;
   }
-  int64_t kv_items() const { return bh * kv_blocks; }
+  int64_t kv_items() const { return bh * kv_groups; }
   // Delta pass: one item per (batch, query head).
   int64_t delta_items() const { return a.p->batch * a.p->heads_q; }
+  // kb: first K/V tile of the item.
   void decode_kv_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& kb) const {
-    kb = item % kv_blocks;  // causal: low kv blocks are seen by the most q rows
-    const int64_t bhi = item / kv_blocks;
+    kb = (item % kv_groups) * kv_per_item;  // causal: low kv blocks are seen by the most q rows
+    const int64_t bhi = item / kv_groups;
     b = bhi / a.p->heads_kv;
     hkv = bhi % a.p->heads_kv;
   }

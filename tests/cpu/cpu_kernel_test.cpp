@@ -167,6 +167,24 @@ std::vector<Case> Grid() {
     add(c);
   }
   {
+    // Many heads: forward items of 4 row passes (>= Plan::kMinItems items) whose passes
+    // skip tiles, and dK/dV items of 4 K/V tiles, one group partial.
+    Case c;
+    c.batch = 2;
+    c.hq = c.hk = 16;
+    c.sq = 400;
+    c.sk = 150;
+    c.d = 16;
+    c.causal = true;
+    c.wl = 40;
+    add(c);
+    c.hq = c.hk = 8;
+    c.sq = 50;
+    c.sk = 1200;
+    c.wl = 700;
+    add(c);
+  }
+  {
     Case c;  // decode-like
     c.hq = 4;
     c.hk = 2;
