@@ -71,22 +71,49 @@ struct BwdQConfig;
 #ifndef FLASH_BWD_Q_TUNE_128
 #define FLASH_BWD_Q_TUNE_128 4, 1, 32, 3
 #endif
+// Past 128 (two dK/dV passes): 4 warps, small query / key tiles to keep two blocks per SM
+// within the register and shared-memory budgets (load_tile_async needs rows x D/8
+// chunks to split over 128 threads: D=160 takes 32-row tiles).
+#ifndef FLASH_BWD_KV_TUNE_160
+#define FLASH_BWD_KV_TUNE_160 4, 1, 32, 2
+#endif
+#ifndef FLASH_BWD_KV_TUNE_192
+#define FLASH_BWD_KV_TUNE_192 4, 1, 16, 2
+#endif
+#ifndef FLASH_BWD_KV_TUNE_256
+#define FLASH_BWD_KV_TUNE_256 4, 1, 16, 2
+#endif
+#ifndef FLASH_BWD_Q_TUNE_160
+#define FLASH_BWD_Q_TUNE_160 4, 1, 32, 2
+#endif
+#ifndef FLASH_BWD_Q_TUNE_192
+#define FLASH_BWD_Q_TUNE_192 4, 1, 16, 2
+#endif
+#ifndef FLASH_BWD_Q_TUNE_256
+#define FLASH_BWD_Q_TUNE_256 4, 1, 16, 2
+#endif
 #define FLASH_BWD_CONFIG_X(M, D, ...) M(D, __VA_ARGS__)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 32, FLASH_BWD_KV_TUNE_32)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 64, FLASH_BWD_KV_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 96, FLASH_BWD_KV_TUNE_96)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 128, FLASH_BWD_KV_TUNE_128)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 160, FLASH_BWD_KV_TUNE_160)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 192, FLASH_BWD_KV_TUNE_192)
+FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 256, FLASH_BWD_KV_TUNE_256)
 FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 32, FLASH_BWD_Q_TUNE_32)
 FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 64, FLASH_BWD_Q_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 96, FLASH_BWD_Q_TUNE_96)
 FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 128, FLASH_BWD_Q_TUNE_128)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 160, FLASH_BWD_Q_TUNE_160)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 192, FLASH_BWD_Q_TUNE_192)
+FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 256, FLASH_BWD_Q_TUNE_256)
 #undef FLASH_BWD_CONFIG_X
 #undef FLASH_BWD_KV_CONFIG
 #undef FLASH_BWD_Q_CONFIG
 
-// Largest tile head dim of the tensor-core backward. Beyond it the per-warp register
-// tiles (dK and dV: 16 rows x D f32 each, plus S and dP) no longer fit 255 registers.
-constexpr int kBwdMmaMaxDim = 128;
+// Largest tile head dim whose dK and dV accumulators (16 rows x D f32 each per warp,
+// plus Sᵀ and dPᵀ) fit 255 registers together; larger dims run dV and dK as two passes.
+constexpr int kBwdMaxUnsplitDim = 128;
 
 // Rows of the per-row workspace (lse, Δ) are padded to this multiple, so kernels read
 // whole tiles without bounds checks (padding: lse = +inf -> p = 0, Δ = 0).
@@ -104,7 +131,6 @@ struct BwdKvDerived {
   static_assert(C::kBlockQ % 16 == 0 && C::kBlockQ <= kBwdRowPad, "whole k16 steps");
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
-  static_assert(C::kDim <= kBwdMmaMaxDim, "register budget");
   static_assert(C::kMTiles == 1 || C::kMTiles == 2, "one or two m16 tiles per warp");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
@@ -120,7 +146,6 @@ struct BwdQDerived {
   static_assert(C::kBlockKV % 16 == 0, "whole k16 steps");
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
-  static_assert(C::kDim <= kBwdMmaMaxDim, "register budget");
   static_assert(C::kMTiles == 1 || C::kMTiles == 2, "one or two m16 tiles per warp");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
@@ -152,37 +177,34 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 }
 
 // Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the
-// SIMT path. Dims past kBwdMmaMaxDim have no tensor-core backward (name empty, 0 bytes).
+// SIMT path. Past kBwdMaxUnsplitDim the dK/dV kernel runs twice (dV pass, dK pass).
 inline std::string bwd_config_name(bool is_f32, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
+  const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
   case D:                 \
-    return std::string(BwdKvConfig<D>::kName) + " + " + BwdQConfig<D>::kName;
+    return std::string(BwdKvConfig<D>::kName) + passes + " + " + BwdQConfig<D>::kName;
     FLASH_BWD_NAME(32) FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128)
+    FLASH_BWD_NAME(160) FLASH_BWD_NAME(192) FLASH_BWD_NAME(256)
 #undef FLASH_BWD_NAME
   }
   return "";
 }
+template <int D>
+constexpr int bwd_mma_smem_bytes() {
+  constexpr int kv = BwdKvDerived<BwdKvConfig<D>>::kSmemBytes;
+  constexpr int q = BwdQDerived<BwdQConfig<D>>::kSmemBytes;
+  return kv > q ? kv : q;
+}
 inline int bwd_smem_bytes(bool is_f32, int dim) {
   switch (dim) {
-#define FLASH_BWD_SMEM(D)                                           \
-  case D:                                                           \
-    return is_f32 ? BwdSimtSmem<D>::kBytes                          \
-                  : (BwdKvDerived<BwdKvConfig<D>>::kSmemBytes >     \
-                             BwdQDerived<BwdQConfig<D>>::kSmemBytes \
-                         ? BwdKvDerived<BwdKvConfig<D>>::kSmemBytes \
-                         : BwdQDerived<BwdQConfig<D>>::kSmemBytes);
-    FLASH_BWD_SMEM(32)
-        FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128)
+#define FLASH_BWD_SMEM(D) \
+  case D:                 \
+    return is_f32 ? BwdSimtSmem<D>::kBytes : bwd_mma_smem_bytes<D>();
+    FLASH_BWD_SMEM(32) FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128)
+    FLASH_BWD_SMEM(160) FLASH_BWD_SMEM(192) FLASH_BWD_SMEM(256)
 #undef FLASH_BWD_SMEM
-            case 160 : return is_f32
-                       ? BwdSimtSmem<160>::kBytes
-                       : 0;
-    case 192:
-      return is_f32 ? BwdSimtSmem<192>::kBytes : 0;
-    case 256:
-      return is_f32 ? BwdSimtSmem<256>::kBytes : 0;
   }
   return 0;
 }

@@ -1,5 +1,4 @@
-// Backward kernels for tile head dim 192: f32 only (the tensor-core backward stops at
-// kBwdMmaMaxDim; choose() declines f16/bf16 here).
+// Backward kernels (f32, f16, bf16) for tile head dim 192.
 #include "bwd_launch.cuh"
 
 FLASH_INSTANTIATE_BACKWARD(192)

@@ -11,8 +11,10 @@
 //   dSᵀ = Pᵀ∘(dPᵀ − Δ)                        (softcap: times 1 − tanh²)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q                  (Pᵀ, dSᵀ re-packed from the accumulators
 //                                              as A fragments, dO/Q by ldmatrix.trans)
-// dK is scaled by the softmax scale once at the end. Query tiles outside the causal /
-// window band are never visited; only tiles crossing a mask edge pay per-element masks.
+// dK is scaled by the softmax scale once at the end. Head dims past 128 run two passes
+// (dV, then dK, Sᵀ recomputed) so that one 16 x D accumulator per warp suffices. Query
+// tiles outside the causal / window band are never visited; only tiles crossing a mask
+// edge pay per-element masks.
 //
 // Tolerance class: f32 accumulation; P and dS are rounded to the input dtype before
 // the two products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
@@ -27,7 +29,11 @@
 
 namespace flash::cuda {
 
-template <class T, class C>
+// What one launch computes: both gradients, or (head dims past kBwdMaxUnsplitDim, where
+// two 16 x D f32 accumulators per warp do not fit the registers) one of them per pass.
+enum class KvRole { both, dv, dk };
+
+template <class T, class C, KvRole kRole>
 __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
                   const float* __restrict__ delta, int rows_pad) {
@@ -38,6 +44,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   constexpr int OT = D / 8;    // n8 tiles of dK / dV per warp
   constexpr int KS = BQ / 16;  // k16 steps of the dV / dK products
   constexpr int kTileQ = Dv::kTileQBytes, kStage = Dv::kStageBytes;
+  constexpr bool kDoDv = kRole != KvRole::dk, kDoDk = kRole != KvRole::dv;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = smem_addr(smem);
@@ -142,7 +149,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         ldmatrix_x4(ak[mt], kv_a(mt * 16, kk * 2));
-        ldmatrix_x4(av[mt], kv_a(mt * 16, kk * 2) + BK * D * 2);
+        if constexpr (kDoDk) ldmatrix_x4(av[mt], kv_a(mt * 16, kk * 2) + BK * D * 2);
       }
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
@@ -153,11 +160,13 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
           mma_16816<T>(s[mt][2 * nt2], ak[mt], b[0], b[1]);
           mma_16816<T>(s[mt][2 * nt2 + 1], ak[mt], b[2], b[3]);
         }
-        ldmatrix_x4(b, q_b(nt2 * 16, kk * 2) + st + kTileQ);
+        if constexpr (kDoDk) {  // dPᵀ only feeds dSᵀ
+          ldmatrix_x4(b, q_b(nt2 * 16, kk * 2) + st + kTileQ);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(dp[mt][2 * nt2], av[mt], b[0], b[1]);
-          mma_16816<T>(dp[mt][2 * nt2 + 1], av[mt], b[2], b[3]);
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_16816<T>(dp[mt][2 * nt2], av[mt], b[0], b[1]);
+            mma_16816<T>(dp[mt][2 * nt2 + 1], av[mt], b[2], b[3]);
+          }
         }
       }
     }
@@ -207,17 +216,21 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 #pragma unroll
       for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st + kTileQ);
+        if constexpr (kDoDv) {
+          ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st + kTileQ);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(acc_dv[mt][2 * nt2], pf[mt][kk], b[0], b[1]);
-          mma_16816<T>(acc_dv[mt][2 * nt2 + 1], pf[mt][kk], b[2], b[3]);
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_16816<T>(acc_dv[mt][2 * nt2], pf[mt][kk], b[0], b[1]);
+            mma_16816<T>(acc_dv[mt][2 * nt2 + 1], pf[mt][kk], b[2], b[3]);
+          }
         }
-        ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st);
+        if constexpr (kDoDk) {
+          ldmatrix_x4_trans(b, q_t(kk * 16, nt2 * 2) + st);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(acc_dk[mt][2 * nt2], df[mt][kk], b[0], b[1]);
-          mma_16816<T>(acc_dk[mt][2 * nt2 + 1], df[mt][kk], b[2], b[3]);
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_16816<T>(acc_dk[mt][2 * nt2], df[mt][kk], b[0], b[1]);
+            mma_16816<T>(acc_dk[mt][2 * nt2 + 1], df[mt][kk], b[2], b[3]);
+          }
         }
       }
     }
@@ -237,21 +250,21 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 #pragma unroll
       for (int nt = 0; nt < OT; ++nt) {
         const int col = nt * 8 + tig * 2;
-        if (col < f.head_dim)
+        if (kDoDk && col < f.head_dim)
           *reinterpret_cast<uint32_t*>(dk_row + col) =
               pack2<T>(acc_dk[mt][nt][2 * h] * f.scale, acc_dk[mt][nt][2 * h + 1] * f.scale);
-        if (col < f.head_dim_v)
+        if (kDoDv && col < f.head_dim_v)
           *reinterpret_cast<uint32_t*>(dv_row + col) =
               pack2<T>(acc_dv[mt][nt][2 * h], acc_dv[mt][nt][2 * h + 1]);
       }
     }
 }
 
-template <class T, class C>
-void launch_bwd_kv(const BwdParams& params, int batch, const float* lse2, const float* delta,
-                   int rows_pad, cudaStream_t stream) {
+template <class T, class C, KvRole kRole>
+void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2,
+                        const float* delta, int rows_pad, cudaStream_t stream) {
   using Dv = BwdKvDerived<C>;
-  auto kernel = bwd_kv_kernel<T, C>;
+  auto kernel = bwd_kv_kernel<T, C, kRole>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dv::kSmemBytes);
   const int64_t num_kv_blocks = (params.f.mask.seqlen_kv + C::kBlockKV - 1) / C::kBlockKV;
   // One-dimensional grid of num_kv_blocks * (batches * kv heads) < 2^31 blocks per launch.
@@ -263,6 +276,17 @@ void launch_bwd_kv(const BwdParams& params, int batch, const float* lse2, const 
     const int64_t blocks = per_batch * std::min(batch - b0, chunk);
     kernel<<<(unsigned)blocks, Dv::kThreads, Dv::kSmemBytes, stream>>>(p, lse2, delta,
                                                                         rows_pad);
+  }
+}
+
+template <class T, class C>
+void launch_bwd_kv(const BwdParams& p, int batch, const float* lse2, const float* delta,
+                   int rows_pad, cudaStream_t stream) {
+  if constexpr (C::kDim > kBwdMaxUnsplitDim) {  // dV pass (Sᵀ, dV), then dK pass
+    launch_bwd_kv_role<T, C, KvRole::dv>(p, batch, lse2, delta, rows_pad, stream);
+    launch_bwd_kv_role<T, C, KvRole::dk>(p, batch, lse2, delta, rows_pad, stream);
+  } else {
+    launch_bwd_kv_role<T, C, KvRole::both>(p, batch, lse2, delta, rows_pad, stream);
   }
 }
 

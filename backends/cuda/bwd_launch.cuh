@@ -22,13 +22,12 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
   if constexpr (kDtype == Dtype::f32) {
     launch_bwd_preprocess<float>(p, batch, lse, delta, rows_pad, 1.f, stream);
     launch_bwd_f32<kDim>(p, batch, lse, delta, rows_pad, stream);
-  } else if constexpr (kDim <= kBwdMmaMaxDim) {
+  } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
     launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
     launch_bwd_q<T, BwdQConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
   }
-  // Otherwise choose() has declined the problem (f16/bf16 past kBwdMmaMaxDim).
 }
 
 }  // namespace flash::cuda

@@ -301,15 +301,9 @@ struct CudaBackend {
       return Choice::decline("cuda backend: heads_q = " + std::to_string(p.heads_q) +
                              " exceeds 65535 (one grid row per head)");
     if (direction == FLASH_BACKWARD) {
-      // Backward: tensor cores up to tile head dim kBwdMmaMaxDim, f32 (SIMT) for all.
+      // Backward: f16/bf16 on tensor cores, f32 on the SIMT path, every forward head dim.
       const bool is_f32 = p.dtype == FLASH_F32;
       const int dim = tile_dim(p);
-      if (!is_f32 && dim > kBwdMmaMaxDim)
-        return Choice::decline(
-            "cuda backend: backward in " + std::string(dtype_name(p.dtype)) +
-            " supports max(head_dim, head_dim_v) up to " + std::to_string(kBwdMmaMaxDim) +
-            " (got " + std::to_string(dim) + "; the per-warp dK/dV register tiles do not fit "
-            "beyond it); f32 backward supports every forward head dim");
       const DeviceInfo d = current_device();
       const int smem = bwd_smem_bytes(is_f32, dim);
       const std::string name = bwd_config_name(is_f32, dim) + " " + dtype_name(p.dtype);
