@@ -11,8 +11,8 @@ namespace flash::cuda {
 
 inline void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
-    throw flash::detail::RuntimeFailure(std::string("cuda backend: ") + what + " failed: " +
-                                        cudaGetErrorName(status) + " (" +
+    throw flash::detail::RuntimeFailure(std::string("cuda backend: ") + what +
+                                        " failed: " + cudaGetErrorName(status) + " (" +
                                         cudaGetErrorString(status) + ")");
   }
 }

@@ -1,12 +1,11 @@
 // See device_buffers.hpp.
-#include "device_buffers.hpp"
-
 #include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "cuda_check.hpp"
+#include "device_buffers.hpp"
 
 namespace flash::cuda {
 

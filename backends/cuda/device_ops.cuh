@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>

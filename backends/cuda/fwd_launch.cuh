@@ -28,10 +28,10 @@ void launch_forward(const FwdParams& p, int batch, cudaStream_t stream) {
 
 }  // namespace flash::cuda
 
-#define FLASH_INSTANTIATE_FORWARD(D)                                                   \
-  template void flash::cuda::launch_forward<flash::cuda::Dtype::f32, D>(               \
-      const flash::cuda::FwdParams&, int, cudaStream_t);                                            \
-  template void flash::cuda::launch_forward<flash::cuda::Dtype::f16, D>(               \
-      const flash::cuda::FwdParams&, int, cudaStream_t);                                            \
-  template void flash::cuda::launch_forward<flash::cuda::Dtype::bf16, D>(              \
+#define FLASH_INSTANTIATE_FORWARD(D)                                      \
+  template void flash::cuda::launch_forward<flash::cuda::Dtype::f32, D>(  \
+      const flash::cuda::FwdParams&, int, cudaStream_t);                  \
+  template void flash::cuda::launch_forward<flash::cuda::Dtype::f16, D>(  \
+      const flash::cuda::FwdParams&, int, cudaStream_t);                  \
+  template void flash::cuda::launch_forward<flash::cuda::Dtype::bf16, D>( \
       const flash::cuda::FwdParams&, int, cudaStream_t);

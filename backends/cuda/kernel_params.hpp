@@ -19,7 +19,7 @@ struct MaskParams {
   int seqlen_q, seqlen_kv;
   int diag_offset;  // seqlen_kv - seqlen_q
   int left, right;
-  bool bounded;     // false: only the key < seqlen_kv bound applies
+  bool bounded;  // false: only the key < seqlen_kv bound applies
 };
 
 struct FwdParams {
@@ -27,13 +27,13 @@ struct FwdParams {
   const void* k;
   const void* v;
   void* o;
-  float* lse;  // may be null
+  float* lse;                                                  // may be null
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // batch, seq, head
-  int heads_q, group;                                           // group = heads_q / heads_kv
-  int head_dim, head_dim_v;                                     // runtime (<= the tile's)
-  int batch_offset;      // first batch of this launch (grids hold at most 65535)
-  float scale;           // softmax scale
-  float softcap;         // 0 = off
+  int heads_q, group;                                          // group = heads_q / heads_kv
+  int head_dim, head_dim_v;                                    // runtime (<= the tile's)
+  int batch_offset;  // first batch of this launch (grids hold at most 65535)
+  float scale;       // softmax scale
+  float softcap;     // 0 = off
   MaskParams mask;
 };
 

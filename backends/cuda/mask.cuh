@@ -13,8 +13,7 @@ struct KeyRange {
   int begin, end;
 };
 
-__host__ __device__ inline KeyRange visible_keys(const MaskParams& m, int row_first,
-                                                 int row_last) {
+__host__ __device__ inline KeyRange visible_keys(const MaskParams& m, int row_first, int row_last) {
   if (!m.bounded) return {0, m.seqlen_kv};
   // int64: row + offset + right may exceed 2^31 before clamping.
   int64_t lo = (int64_t)row_first + m.diag_offset - m.left;
@@ -26,8 +25,7 @@ __host__ __device__ inline KeyRange visible_keys(const MaskParams& m, int row_fi
 
 // Query rows [begin, end) that see any key of [key_first, key_last] (the band inverted:
 // row i sees key j iff i ∈ [j - offset - right, j - offset + left]).
-__host__ __device__ inline KeyRange visible_rows(const MaskParams& m, int key_first,
-                                                 int key_last) {
+__host__ __device__ inline KeyRange visible_rows(const MaskParams& m, int key_first, int key_last) {
   if (key_last >= m.seqlen_kv) key_last = m.seqlen_kv - 1;
   if (key_first > key_last) return {0, 0};
   if (!m.bounded) return {0, m.seqlen_q};
@@ -39,8 +37,8 @@ __host__ __device__ inline KeyRange visible_rows(const MaskParams& m, int key_fi
 }
 
 // True when every (row, key) of the tile is visible, so masking can be skipped.
-__host__ __device__ inline bool tile_fully_visible(const MaskParams& m, int row_first,
-                                                   int row_last, int key_first, int key_last) {
+__host__ __device__ inline bool tile_fully_visible(const MaskParams& m, int row_first, int row_last,
+                                                   int key_first, int key_last) {
   if (key_last >= m.seqlen_kv) return false;
   if (!m.bounded) return true;
   // Hardest rows: the last row for the left bound, the first for the right bound.

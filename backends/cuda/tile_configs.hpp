@@ -9,10 +9,10 @@ namespace flash::cuda {
 // cross-warp reduction); K/V tiles of kBlockKV keys.
 template <int kDim>
 struct FwdMmaConfig;
-#define FLASH_FWD_CONFIG(D, BQ, BKV, W)                                 \
-  template <>                                                           \
-  struct FwdMmaConfig<D> {                                              \
-    static constexpr int kDim = D, kBlockQ = BQ, kBlockKV = BKV, kWarps = W; \
+#define FLASH_FWD_CONFIG(D, BQ, BKV, W)                                              \
+  template <>                                                                        \
+  struct FwdMmaConfig<D> {                                                           \
+    static constexpr int kDim = D, kBlockQ = BQ, kBlockKV = BKV, kWarps = W;         \
     static constexpr const char* kName = "mma_fwd_d" #D "_q" #BQ "_kv" #BKV "_w" #W; \
   };
 // Larger D trades query rows per warp (registers for O) against warps per block.
@@ -73,10 +73,10 @@ struct FwdMmaDerived {
 // (RESULTS-cuda.md, 2026-11-21).
 template <int kDim>
 struct FwdPairConfig;
-#define FLASH_FWD_PAIR_CONFIG(D, BQ, BKV, W)                                          \
-  template <>                                                                         \
-  struct FwdPairConfig<D> {                                                           \
-    static constexpr int kDim = D, kBlockQ = BQ, kBlockKV = BKV, kWarps = W;          \
+#define FLASH_FWD_PAIR_CONFIG(D, BQ, BKV, W)                                               \
+  template <>                                                                              \
+  struct FwdPairConfig<D> {                                                                \
+    static constexpr int kDim = D, kBlockQ = BQ, kBlockKV = BKV, kWarps = W;               \
     static constexpr const char* kName = "mma_fwd_pairs_d" #D "_q" #BQ "_kv" #BKV "_w" #W; \
   };
 #ifndef FLASH_FWD_PAIR_TUNE_256

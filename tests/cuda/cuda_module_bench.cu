@@ -24,21 +24,26 @@ __global__ void fill_random(unsigned short* p, size_t n, unsigned seed, int dtyp
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
     const float f = (x & 0xffffff) / float(0x1000000) * 2.f - 1.f;
-    if (dtype == FLASH_F16) p[i] = __half_as_ushort(__float2half(f));
-    else if (dtype == FLASH_BF16) p[i] = __bfloat16_as_ushort(__float2bfloat16(f));
-    else reinterpret_cast<float*>(p)[i] = f;
+    if (dtype == FLASH_F16)
+      p[i] = __half_as_ushort(__float2half(f));
+    else if (dtype == FLASH_BF16)
+      p[i] = __bfloat16_as_ushort(__float2bfloat16(f));
+    else
+      reinterpret_cast<float*>(p)[i] = f;
   }
 }
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e = (x);                                                          \
-    if (e != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                \
-      std::exit(1);                                                               \
-    }                                                                             \
+#define CHECK(x)                                                   \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                \
+    }                                                              \
   } while (0)
 
 }  // namespace
@@ -59,10 +64,14 @@ int main(int argc, char** argv) {
     if (a == "--dtype") {
       std::string d = argv[++i];
       dtype = d == "f32" ? FLASH_F32 : d == "f16" ? FLASH_F16 : FLASH_BF16;
-    } else if (a == "--dims") list(dims);
-    else if (a == "--seqlens") list(seqlens);
-    else if (a == "--backward") backward = true;
-    else if (a == "--iters") iters = std::atoi(argv[++i]);
+    } else if (a == "--dims")
+      list(dims);
+    else if (a == "--seqlens")
+      list(seqlens);
+    else if (a == "--backward")
+      backward = true;
+    else if (a == "--iters")
+      iters = std::atoi(argv[++i]);
   }
   flash_message reason{}, detail{};
   if (!m->probe(&reason, &detail)) {
@@ -71,8 +80,8 @@ int main(int argc, char** argv) {
   }
   const char* dname = dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
   std::printf("libflashattn cuda on %s\n", detail.text);
-  std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %9s %9s\n", "backend", "dtype", "B", "H",
-              "S", "D", "causal", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+  std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %9s %9s\n", "backend", "dtype", "B", "H", "S",
+              "D", "causal", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   const size_t eb = dtype == FLASH_F32 ? 4 : 2;
   for (int D : dims)
     for (int S : seqlens) {
@@ -80,9 +89,14 @@ int main(int argc, char** argv) {
       const size_t n = (size_t)B * S * H * D;
       void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
       float* lse;
-      CHECK(cudaMalloc(&q, n * eb)); CHECK(cudaMalloc(&k, n * eb)); CHECK(cudaMalloc(&v, n * eb));
-      CHECK(cudaMalloc(&o, n * eb)); CHECK(cudaMalloc(&dout, n * eb));
-      CHECK(cudaMalloc(&dq, n * eb)); CHECK(cudaMalloc(&dk, n * eb)); CHECK(cudaMalloc(&dv, n * eb));
+      CHECK(cudaMalloc(&q, n * eb));
+      CHECK(cudaMalloc(&k, n * eb));
+      CHECK(cudaMalloc(&v, n * eb));
+      CHECK(cudaMalloc(&o, n * eb));
+      CHECK(cudaMalloc(&dout, n * eb));
+      CHECK(cudaMalloc(&dq, n * eb));
+      CHECK(cudaMalloc(&dk, n * eb));
+      CHECK(cudaMalloc(&dv, n * eb));
       CHECK(cudaMalloc(&lse, (size_t)B * H * S * 4));
       fill_random<<<1024, 256>>>((unsigned short*)q, n, 1, dtype);
       fill_random<<<1024, 256>>>((unsigned short*)k, n, 2, dtype);
@@ -91,23 +105,40 @@ int main(int argc, char** argv) {
       CHECK(cudaDeviceSynchronize());
       for (int causal = 0; causal < 2; ++causal) {
         flash_problem p{};
-        p.batch = B; p.seqlen_q = S; p.seqlen_kv = S; p.heads_q = H; p.heads_kv = H;
-        p.head_dim = D; p.head_dim_v = D; p.dtype = dtype; p.causal = causal;
-        p.scale = 1.f / std::sqrt((float)D); p.window_left = -1; p.window_right = -1;
+        p.batch = B;
+        p.seqlen_q = S;
+        p.seqlen_kv = S;
+        p.heads_q = H;
+        p.heads_kv = H;
+        p.head_dim = D;
+        p.head_dim_v = D;
+        p.dtype = dtype;
+        p.causal = causal;
+        p.scale = 1.f / std::sqrt((float)D);
+        p.window_left = -1;
+        p.window_right = -1;
         const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
-        for (int j = 0; j < 3; ++j) p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
+        for (int j = 0; j < 3; ++j)
+          p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
         p.lse = lse;
         flash_message msg{};
         auto time_it = [&](auto&& fn) {
           for (int w = 0; w < 3; ++w) fn();
           std::vector<float> t;
           cudaEvent_t a, b;
-          cudaEventCreate(&a); cudaEventCreate(&b);
+          cudaEventCreate(&a);
+          cudaEventCreate(&b);
           for (int it = 0; it < iters; ++it) {
-            cudaEventRecord(a); fn(); cudaEventRecord(b); cudaEventSynchronize(b);
-            float ms; cudaEventElapsedTime(&ms, a, b); t.push_back(ms);
+            cudaEventRecord(a);
+            fn();
+            cudaEventRecord(b);
+            cudaEventSynchronize(b);
+            float ms;
+            cudaEventElapsedTime(&ms, a, b);
+            t.push_back(ms);
           }
-          cudaEventDestroy(a); cudaEventDestroy(b);
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
           std::sort(t.begin(), t.end());
           return t[t.size() / 2];
         };
@@ -115,7 +146,10 @@ int main(int argc, char** argv) {
         const float fwd_ms = time_it([&] {
           if (m->forward(&p, q, k, v, o, &msg) != FLASH_OK) ok = false;
         });
-        if (!ok) { std::printf("forward failed: %s\n", msg.text); return 1; }
+        if (!ok) {
+          std::printf("forward failed: %s\n", msg.text);
+          return 1;
+        }
         CHECK(cudaDeviceSynchronize());
         const double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
         float bwd_ms = NAN;
@@ -123,16 +157,26 @@ int main(int argc, char** argv) {
           bwd_ms = time_it([&] {
             if (m->backward(&p, q, k, v, o, dout, lse, dq, dk, dv, &msg) != FLASH_OK) ok = false;
           });
-          if (!ok) { std::printf("backward failed: %s\n", msg.text); return 1; }
+          if (!ok) {
+            std::printf("backward failed: %s\n", msg.text);
+            return 1;
+          }
           CHECK(cudaDeviceSynchronize());
         }
-        std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %9.3f %9.1f\n", "ours", dname, B,
-                    H, S, D, causal ? "yes" : "no", fwd_ms, flops / fwd_ms * 1e-9, bwd_ms,
+        std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %9.3f %9.1f\n", "ours", dname, B, H,
+                    S, D, causal ? "yes" : "no", fwd_ms, flops / fwd_ms * 1e-9, bwd_ms,
                     2.5 * flops / bwd_ms * 1e-9);
         std::fflush(stdout);
       }
-      cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(dout);
-      cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(lse);
+      cudaFree(q);
+      cudaFree(k);
+      cudaFree(v);
+      cudaFree(o);
+      cudaFree(dout);
+      cudaFree(dq);
+      cudaFree(dk);
+      cudaFree(dv);
+      cudaFree(lse);
     }
   return 0;
 }

@@ -36,9 +36,12 @@ float round_to(int dtype, float x) {
 }
 
 void store(int dtype, void* base, size_t i, float x) {
-  if (dtype == FLASH_F32) static_cast<float*>(base)[i] = x;
-  else if (dtype == FLASH_F16) static_cast<__half*>(base)[i] = __float2half(x);
-  else static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16(x);
+  if (dtype == FLASH_F32)
+    static_cast<float*>(base)[i] = x;
+  else if (dtype == FLASH_F16)
+    static_cast<__half*>(base)[i] = __float2half(x);
+  else
+    static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16(x);
 }
 float load(int dtype, const void* base, size_t i) {
   if (dtype == FLASH_F32) return static_cast<const float*>(base)[i];
@@ -53,13 +56,17 @@ struct Tensor {
   std::vector<unsigned char> bytes;
 };
 
-Tensor make(int b, int s, int h, int d, bool heads_major, int dtype, std::mt19937& rng,
-            float amp, bool random) {
+Tensor make(int b, int s, int h, int d, bool heads_major, int dtype, std::mt19937& rng, float amp,
+            bool random) {
   Tensor t;
   if (heads_major) {
-    t.stride[0] = (int64_t)h * s * d; t.stride[2] = (int64_t)s * d; t.stride[1] = d;
+    t.stride[0] = (int64_t)h * s * d;
+    t.stride[2] = (int64_t)s * d;
+    t.stride[1] = d;
   } else {
-    t.stride[0] = (int64_t)s * h * d; t.stride[1] = (int64_t)h * d; t.stride[2] = d;
+    t.stride[0] = (int64_t)s * h * d;
+    t.stride[1] = (int64_t)h * d;
+    t.stride[2] = d;
   }
   t.elems = (size_t)b * s * h * d;
   const size_t eb = dtype == FLASH_F32 ? 4 : 2;
@@ -95,10 +102,19 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
   std::vector<float> lse((size_t)c.b * c.hq * c.sq, NAN);
 
   flash_problem p{};
-  p.batch = c.b; p.seqlen_q = c.sq; p.seqlen_kv = c.skv; p.heads_q = c.hq; p.heads_kv = c.hkv;
-  p.head_dim = c.d; p.head_dim_v = c.dv; p.dtype = c.dtype; p.causal = c.causal;
-  p.scale = 1.f / std::sqrt((float)c.d); p.softcap = c.softcap;
-  p.window_left = c.wl; p.window_right = c.wr;
+  p.batch = c.b;
+  p.seqlen_q = c.sq;
+  p.seqlen_kv = c.skv;
+  p.heads_q = c.hq;
+  p.heads_kv = c.hkv;
+  p.head_dim = c.d;
+  p.head_dim_v = c.dv;
+  p.dtype = c.dtype;
+  p.causal = c.causal;
+  p.scale = 1.f / std::sqrt((float)c.d);
+  p.softcap = c.softcap;
+  p.window_left = c.wl;
+  p.window_right = c.wr;
   std::memcpy(p.q_stride, q.stride, sizeof q.stride);
   std::memcpy(p.k_stride, k.stride, sizeof k.stride);
   std::memcpy(p.v_stride, v.stride, sizeof v.stride);
@@ -107,9 +123,12 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
   flash_message msg{};
   int status;
   if (c.device_ptrs) {
-    void *dq, *dk, *dv, *dout; float* dlse;
-    cudaMalloc(&dq, q.bytes.size()); cudaMalloc(&dk, k.bytes.size());
-    cudaMalloc(&dv, v.bytes.size()); cudaMalloc(&dout, o.bytes.size());
+    void *dq, *dk, *dv, *dout;
+    float* dlse;
+    cudaMalloc(&dq, q.bytes.size());
+    cudaMalloc(&dk, k.bytes.size());
+    cudaMalloc(&dv, v.bytes.size());
+    cudaMalloc(&dout, o.bytes.size());
     cudaMalloc(&dlse, lse.size() * 4);
     cudaMemcpy(dq, q.bytes.data(), q.bytes.size(), cudaMemcpyHostToDevice);
     cudaMemcpy(dk, k.bytes.data(), k.bytes.size(), cudaMemcpyHostToDevice);
@@ -120,7 +139,11 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
     status = m->forward(&p, dq, dk, dv, dout, &msg);
     cudaMemcpy(o.bytes.data(), dout, o.bytes.size(), cudaMemcpyDeviceToHost);
     cudaMemcpy(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost);
-    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dlse);
   } else {
     p.lse = lse.data();
     status = m->forward(&p, q.bytes.data(), k.bytes.data(), v.bytes.data(), o.bytes.data(), &msg);
@@ -128,8 +151,10 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
   char name[256];
   std::snprintf(name, sizeof name,
                 "%s b%d sq%d skv%d hq%d hkv%d d%d dv%d causal%d wl%d wr%d cap%g %s %s amp%g",
-                c.dtype == 0 ? "f32" : c.dtype == 1 ? "f16" : "bf16", c.b, c.sq, c.skv, c.hq,
-                c.hkv, c.d, c.dv, c.causal, c.wl, c.wr, c.softcap,
+                c.dtype == 0   ? "f32"
+                : c.dtype == 1 ? "f16"
+                               : "bf16",
+                c.b, c.sq, c.skv, c.hq, c.hkv, c.d, c.dv, c.causal, c.wl, c.wr, c.softcap,
                 c.heads_major ? "BHSD" : "BSHD", c.device_ptrs ? "dev" : "host", c.q_amp);
   if (status != FLASH_OK) {
     std::printf("FAIL %s: status %d: %s\n", name, status, msg.text);
@@ -145,7 +170,10 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
         const int hk = h / group;
         double mx = -INFINITY;
         for (int j = 0; j < c.skv; ++j) {
-          if (!visible(c, i, j)) { s[j] = -INFINITY; continue; }
+          if (!visible(c, i, j)) {
+            s[j] = -INFINITY;
+            continue;
+          }
           double acc = 0;
           for (int d = 0; d < c.d; ++d)
             acc += (double)q.vals[(((size_t)b * c.sq + i) * c.hq + h) * c.d + d] *
@@ -159,7 +187,8 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
         for (int j = 0; j < c.skv; ++j) l += s[j] == -INFINITY ? 0 : std::exp(s[j] - mx);
         const double ref_lse = l > 0 ? mx + std::log(l) : -INFINITY;
         const float got_lse = lse[((size_t)b * c.hq + h) * c.sq + i];
-        if (std::isnan(got_lse)) nan = true;
+        if (std::isnan(got_lse))
+          nan = true;
         else if (!(std::isinf(ref_lse) && std::isinf(got_lse) && got_lse < 0))
           max_lse_err = std::max(max_lse_err, std::fabs(got_lse - ref_lse));
         for (int d = 0; d < c.dv; ++d) {
@@ -167,7 +196,8 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
           if (l > 0)
             for (int j = 0; j < c.skv; ++j)
               if (s[j] != -INFINITY)
-                ref += std::exp(s[j] - mx) / l * v.vals[(((size_t)b * c.skv + j) * c.hkv + hk) * c.dv + d];
+                ref += std::exp(s[j] - mx) / l *
+                       v.vals[(((size_t)b * c.skv + j) * c.hkv + hk) * c.dv + d];
           const float got = load(c.dtype, o.bytes.data(),
                                  b * o.stride[0] + i * o.stride[1] + h * o.stride[2] + d);
           if (std::isnan(got)) nan = true;
@@ -200,7 +230,10 @@ int main(int argc, char** argv) {
   std::printf("cuda module: %s\n", detail.text);
   std::mt19937 rng(1234);
   int fails = 0, total = 0;
-  auto run = [&](Case c) { ++total; if (!run_case(m, c, rng)) ++fails; };
+  auto run = [&](Case c) {
+    ++total;
+    if (!run_case(m, c, rng)) ++fails;
+  };
   const int dims[] = {32, 64, 96, 128, 160, 192, 256};
   for (int dtype : {FLASH_F32, FLASH_F16, FLASH_BF16}) {
     for (int d : dims) {
@@ -211,14 +244,15 @@ int main(int argc, char** argv) {
       run({1, 17, 1000, 3, 1, d, d, dtype, false, 100, 50, 30.f, true, true});
     }
     run({1, 1, 1, 1, 1, 64, 64, dtype, false, -1, -1, 0.f, false, true});
-    run({2, 37, 0, 2, 1, 64, 64, dtype, false, -1, -1, 0.f, false, true});  // no keys: o = 0
+    run({2, 37, 0, 2, 1, 64, 64, dtype, false, -1, -1, 0.f, false, true});      // no keys: o = 0
     run({1, 1, 1000, 8, 1, 128, 128, dtype, false, -1, -1, 0.f, false, true});  // decode-like
     run({2, 200, 300, 4, 4, 128, 64, dtype, true, -1, -1, 0.f, false, true});
     run({2, 200, 300, 4, 2, 64, 256, dtype, false, -1, 20, 0.f, true, false});
-    run({1, 500, 200, 2, 1, 96, 32, dtype, true, -1, -1, 0.f, false, true});   // rows with no key
+    run({1, 500, 200, 2, 1, 96, 32, dtype, true, -1, -1, 0.f, false, true});  // rows with no key
     run({1, 300, 300, 2, 1, 64, 64, dtype, false, 0, 0, 0.f, false, true});   // diagonal only
     if (quick) continue;  // --quick (also the compute-sanitizer grid) stops here
-    run({1, 300, 700, 2, 1, 128, 128, dtype, false, -1, -1, 0.f, false, true, 8.f});  // large logits
+    run({1, 300, 700, 2, 1, 128, 128, dtype, false, -1, -1, 0.f, false, true,
+         8.f});  // large logits
     run({1, 1024, 1024, 2, 2, 128, 128, dtype, true, -1, -1, 0.f, false, true});
   }
   std::printf("%d/%d cases passed\n", total - fails, total);
