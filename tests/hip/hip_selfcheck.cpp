@@ -85,6 +85,9 @@ const Case kCases[] = {
     {1, 31, 47, 2, 1, 256, 256, 1, -1, -1, 0.f, 3, 1.f},
     {1, 19, 23, 1, 1, 512, 512, 0, -1, -1, 0.f, 0, 1.f},
     {1, 70, 70, 2, 2, 16, 48, 0, -1, -1, 0.f, 0, 3.f},
+    {2, 50, 80, 4, 1, 64, 64, 0, -1, 0, 0.f, 0, 1.f},   // window_right only (= causal)
+    {1, 90, 40, 2, 2, 64, 64, 0, 5, 2, 0.f, 2, 1.f},    // Sq > Sk, two-sided window
+    {1, 77, 200, 1, 1, 64, 64, 0, -1, -1, 0.f, 0, 5.f},  // large logits, no softcap
 };
 
 struct Layout {  // [batch, seq, heads, dim] with padded heads
