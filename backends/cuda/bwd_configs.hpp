@@ -185,8 +185,9 @@ inline std::string bwd_config_name(bool is_f32, int dim) {
 #define FLASH_BWD_NAME(D) \
   case D:                 \
     return std::string(BwdKvConfig<D>::kName) + passes + " + " + BwdQConfig<D>::kName;
-    FLASH_BWD_NAME(32) FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128)
-    FLASH_BWD_NAME(160) FLASH_BWD_NAME(192) FLASH_BWD_NAME(256)
+    FLASH_BWD_NAME(32)
+    FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128) FLASH_BWD_NAME(160)
+        FLASH_BWD_NAME(192) FLASH_BWD_NAME(256)
 #undef FLASH_BWD_NAME
   }
   return "";
@@ -202,8 +203,9 @@ inline int bwd_smem_bytes(bool is_f32, int dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \
     return is_f32 ? BwdSimtSmem<D>::kBytes : bwd_mma_smem_bytes<D>();
-    FLASH_BWD_SMEM(32) FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128)
-    FLASH_BWD_SMEM(160) FLASH_BWD_SMEM(192) FLASH_BWD_SMEM(256)
+    FLASH_BWD_SMEM(32)
+    FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128) FLASH_BWD_SMEM(160)
+        FLASH_BWD_SMEM(192) FLASH_BWD_SMEM(256)
 #undef FLASH_BWD_SMEM
   }
   return 0;

@@ -18,8 +18,9 @@
 //
 // Tolerance class: f32 accumulation; P and dS are rounded to the input dtype before
 // the two products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, with bwd_q; FlashAttention shapes): 155-160 TFLOP/s at D=64,
-// 175-188 at D=128 for S >= 4096, 0.57-0.82x torch's FlashAttention-2 backward.
+// Measured (H200, bf16, with bwd_q; FlashAttention shapes, S >= 4096): 148-160 TFLOP/s
+// at D=64, 174-188 at D=128, 128-137 at D=256; 0.54-0.82x torch's FlashAttention-2
+// backward at S >= 2048.
 // How to run: backends/cuda/RESULTS-cuda-backward.md (tests/cuda/device_bwd.sh).
 #pragma once
 
@@ -261,8 +262,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 }
 
 template <class T, class C, KvRole kRole>
-void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2,
-                        const float* delta, int rows_pad, cudaStream_t stream) {
+void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2, const float* delta,
+                        int rows_pad, cudaStream_t stream) {
   using Dv = BwdKvDerived<C>;
   auto kernel = bwd_kv_kernel<T, C, kRole>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dv::kSmemBytes);
@@ -274,8 +275,7 @@ void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2,
   for (int b0 = 0; b0 < batch; b0 += chunk) {
     p.f.batch_offset = b0;
     const int64_t blocks = per_batch * std::min(batch - b0, chunk);
-    kernel<<<(unsigned)blocks, Dv::kThreads, Dv::kSmemBytes, stream>>>(p, lse2, delta,
-                                                                        rows_pad);
+    kernel<<<(unsigned)blocks, Dv::kThreads, Dv::kSmemBytes, stream>>>(p, lse2, delta, rows_pad);
   }
 }
 
