@@ -5,7 +5,7 @@
 # .carry/benchmark); run with carry [".carry"]. Source this script so that
 # LD_LIBRARY_PATH stays set for the programs run afterwards.
 # Usage: source .ci/device_build.sh [extra cmake args]   -> build in build-device/
-set -euo pipefail
+set -uo pipefail
 root=$(pwd)
 # Google Benchmark (Debian's package, unpacked the same way) for flashattn_bench.
 export CMAKE_PREFIX_PATH="$root/.carry/hwy/usr:$root/.carry/benchmark/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
@@ -16,4 +16,9 @@ sed -i "s|^prefix=.*|prefix=$root/.carry/hwy/usr|" "$PKG_CONFIG_PATH"/*.pc 2>/de
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=ON -DFLASHATTN_HIP=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 "$@" >/dev/null
-cmake --build build-device -j16
+# Keep going past a failing target (ninja -k 0) so one broken test binary does not
+# stop the others; the failure is printed and the status says so.
+if ! cmake --build build-device -j16 -- -k 0; then
+  echo "device_build: some targets failed to build (see above)"
+  false
+fi

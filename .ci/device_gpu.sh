@@ -8,10 +8,10 @@ set -uo pipefail
 commit=${1:-unknown}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-if ! source .ci/device_build.sh -DFLASHATTN_HIP_ON_CUDA=ON > "$out/build.log" 2>&1; then
-  tail -40 "$out/build.log"; exit 1
-fi
+source .ci/device_build.sh -DFLASHATTN_HIP_ON_CUDA=ON > "$out/build.log" 2>&1
 set +e
+grep -E "FAILED|error:" "$out/build.log" | head -10
+[ -x build-device/tests/flashattn_tests ] || { tail -40 "$out/build.log"; exit 1; }
 cd build-device
 ./tests/flashattn_tests --gtest_filter='All/Forward.*/cuda_*:All/Forward.*/hip_*:AllTargets/*cuda*:AllTargets/*hip*' \
   > "$out/suite_fwd.log" 2>&1 &
