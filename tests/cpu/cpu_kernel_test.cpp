@@ -185,6 +185,23 @@ std::vector<Case> Grid() {
     add(c);
   }
   {
+    Case c;  // wide heads (workspace growth), Dv tail, and MQA decode with 64 q heads
+    c.hq = 4;
+    c.hk = 2;
+    c.sq = 70;
+    c.sk = 130;
+    c.d = 256;
+    c.dv = 80;
+    add(c);
+    c.hq = 64;
+    c.hk = 1;
+    c.sq = 1;
+    c.sk = 300;
+    c.d = 64;
+    c.dv = 0;
+    add(c);
+  }
+  {
     Case c;  // decode-like
     c.hq = 4;
     c.hk = 2;
