@@ -215,15 +215,18 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
 }
 
 // Sᵀ and dPᵀ of one (K/V tile, q tile), turned into Pᵀ and dSᵀ.
+// Columns [r0, r0 + rows) of the item's rows (Qᵀ, dOᵀ have row stride ld); Sᵀ and
+// dPᵀ are written dense with `rows` columns.
 HWY_INLINE void ScoresAndGrad(const flash_problem& p, const KvOperands& kv, size_t k_rows,
-                              size_t kb, size_t R, bool boundary, const BackwardTiles& t) {
+                              size_t kb, size_t r0, size_t rows, size_t ld, bool boundary,
+                              const BackwardTiles& t) {
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
-  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, D, kv.ka, BOperand::RowMajor(t.rows.qt, R), t.st, R,
-                                   CMode::kOverwrite);
-  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, R, Dv, kv.va, BOperand::RowMajor(t.rows.dot, R), t.dpt,
-                                   R, CMode::kOverwrite);
-  BackwardScores(t.st, t.dpt, R, kb, k_rows, p.softcap, boundary, t.lo_rel, t.hi_rel, t.rows.lse2,
-                 t.rows.di);
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, rows, D, kv.ka, BOperand::RowMajor(t.rows.qt + r0, ld),
+                                   t.st, rows, CMode::kOverwrite);
+  Gemm<Tiles::kQkMR, Tiles::kQkNR>(k_rows, rows, Dv, kv.va, BOperand::RowMajor(t.rows.dot + r0, ld),
+                                   t.dpt, rows, CMode::kOverwrite);
+  BackwardScores(t.st, t.dpt, rows, kb, k_rows, p.softcap, boundary, t.lo_rel + r0, t.hi_rel + r0,
+                 t.rows.lse2 + r0, t.rows.di + r0);
 }
 
 // Prefetches Q and dO rows [i0, i0 + rows) of head h (the next q tile of pass 1).
@@ -306,7 +309,7 @@ HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
         if (!plan.mask.any(i0, i_last, j0, j_last)) continue;
         const bool boundary = !plan.mask.all(i0, i_last, j0, j_last);
         if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
-        ScoresAndGrad(p, kv[s], k_rows, kb, R, boundary, t);
+        ScoresAndGrad(p, kv[s], k_rows, kb, 0, R, R, boundary, t);
         Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1},
                                          BOperand::RowMajor(t.rows.dorow, dv_pad),
                                          t.acc1 + s * K * dv_pad, dv_pad, CMode::kAccumulate);
@@ -332,16 +335,20 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
   int64_t b, hkv, qb;
   plan.decode_q_item(item, b, hkv, qb);
   const size_t R = static_cast<size_t>(plan.item_rows), K = Tiles::kKeys;
+  const size_t RP = std::min(R, Tiles::kRows);  // rows per pass over a K/V tile
+  const size_t n_passes = (R + RP - 1) / RP;
   const size_t d_pad = RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes);
   BackwardTiles t = TakeBackwardTiles(p, R, R * d_pad);
   float* dq_acc = t.acc0;
   std::fill(dq_acc, dq_acc + R * d_pad, 0.0f);
-  int64_t* row_index = Workspace::ForThisThread().index(R);
+  int64_t* row_index = Workspace::ForThisThread().index(R + 2 * n_passes);
+  int64_t* pass_i = row_index + R;  // per pass: i_min, i_max
   StackedRows(plan, qb, row_index);
   for (size_t r = 0; r < R; ++r) {
     const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
     t.rows.Load(a, b, h, row_index[r], r);
   }
+  PassRanges(row_index, R, RP, pass_i);
   const int64_t i_first = qb * plan.rows_per_head;
   const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
   const int64_t j_begin = plan.mask.lo(i_first), j_end = plan.mask.hi(i_last);
@@ -349,7 +356,6 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
     const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);
     const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
-    const bool boundary = !plan.mask.all(i_first, i_last, j0, j_last);
     const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
     const int64_t j_next = j0 + static_cast<int64_t>(K);
     if (j_next <= j_end) {
@@ -360,11 +366,19 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
       PrefetchRows(At(a.v, p.dtype, p.v_stride, b, j_next, hkv), p.v_stride[1] * esize, next,
                    static_cast<size_t>(p.head_dim_v * esize));
     }
-    if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
-    ScoresAndGrad(p, kv, k_rows, kb, R, boundary, t);
-    Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R},
-                                     BOperand::RowMajor(kv.kb_ptr, kv.ldk), dq_acc, d_pad,
-                                     CMode::kAccumulate);
+    // Each pass of RP rows reuses the tile widened above.
+    for (size_t pi = 0; pi < n_passes; ++pi) {
+      const int64_t i_min = pass_i[2 * pi], i_max = pass_i[2 * pi + 1];
+      if (i_min > i_max || !plan.mask.any(i_min, i_max, j0, j_last)) continue;
+      const bool boundary = !plan.mask.all(i_min, i_max, j0, j_last);
+      const size_t r0 = pi * RP, rows = std::min(RP, R - r0);
+      if (boundary)
+        TileIntervals(plan.mask, row_index + r0, rows, j0, kb, t.lo_rel + r0, t.hi_rel + r0);
+      ScoresAndGrad(p, kv, k_rows, kb, r0, rows, R, boundary, t);
+      Gemm<Tiles::kPvMR, Tiles::kPvNR>(rows, d_pad, kb, StridedA{t.dpt, 1, rows},
+                                       BOperand::RowMajor(kv.kb_ptr, kv.ldk), dq_acc + r0 * d_pad,
+                                       d_pad, CMode::kAccumulate);
+    }
   }
   const size_t D = static_cast<size_t>(p.head_dim);
   for (size_t r = 0; r < R; ++r) {

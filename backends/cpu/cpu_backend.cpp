@@ -96,7 +96,7 @@ struct CpuBackend {
     // per-call memory of that size; nothing of size seqlen_q x seqlen_kv).
     std::vector<float> delta(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q));
     CallArgs args{&p, q, k, v, o, nullptr, dout, lse, dq, dk, dv, delta.data()};
-    const Plan plan = Plan::Make(args, t.tiles, 1, Plan::kMaxPasses);
+    const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses, Plan::kMaxPasses);
     ParallelFor(plan.delta_items(), [&](int64_t item) { t.backward_delta_item(plan, item); });
     if (p.seqlen_kv > 0)
       ParallelFor(plan.kv_items(), [&](int64_t item) { t.backward_kv_item(plan, item); });

@@ -193,6 +193,21 @@ HWY_INLINE void PrefetchRows(const void* base, int64_t stride, size_t rows, size
     for (size_t off = 0; off < bytes; off += kPrefetchStep) __builtin_prefetch(p + off, 0, 1);
 }
 
+// Splits an item's R rows into passes of RP rows; pass_i[2p], pass_i[2p+1] receive the
+// q positions pass p spans (i_min > i_max when it holds only padding rows).
+HWY_INLINE void PassRanges(const int64_t* row_index, size_t R, size_t RP, int64_t* pass_i) {
+  for (size_t pi = 0; pi * RP < R; ++pi) {
+    int64_t i_min = std::numeric_limits<int64_t>::max(), i_max = -1;
+    for (size_t r = pi * RP; r < std::min(R, (pi + 1) * RP); ++r) {
+      if (row_index[r] < 0) continue;
+      i_min = std::min(i_min, row_index[r]);
+      i_max = std::max(i_max, row_index[r]);
+    }
+    pass_i[2 * pi] = i_min;
+    pass_i[2 * pi + 1] = i_max;
+  }
+}
+
 // Query position of each stacked row of item (qb), -1 for padding rows.
 HWY_INLINE void StackedRows(const Plan& plan, int64_t qb, int64_t* row_index) {
   const int64_t i0 = qb * plan.rows_per_head;
@@ -242,18 +257,8 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
   std::fill(l, l + R, 0.0f);
 
   // An item holds several passes of RP rows (Plan::Make); each K/V tile is widened
-  // once and then used by every pass (the copy is per item, not per RP rows). A pass
-  // spans q positions [i_min, i_max] (i_min > i_max: padding only).
-  for (size_t pi = 0; pi < n_passes; ++pi) {
-    int64_t i_min = std::numeric_limits<int64_t>::max(), i_max = -1;
-    for (size_t r = pi * RP; r < std::min(R, (pi + 1) * RP); ++r) {
-      if (row_index[r] < 0) continue;
-      i_min = std::min(i_min, row_index[r]);
-      i_max = std::max(i_max, row_index[r]);
-    }
-    pass_i[2 * pi] = i_min;
-    pass_i[2 * pi + 1] = i_max;
-  }
+  // once and then used by every pass (the copy is per item, not per RP rows).
+  PassRanges(row_index, R, RP, pass_i);
 
   const MaskRule& mask = plan.mask;
   const int64_t j_begin = mask.lo(i_first), j_end = mask.hi(i_last);  // inclusive
