@@ -17,9 +17,11 @@
 // Every product is the micro-kernel of microkernel-inl.h in Sᵀ orientation (keys are
 // rows, query rows are vector lanes), so P, dS need no transposition.
 // Tolerance class: f32 accumulation; same rule as the forward.
+// Items are sized like the forward's: dK/dV items of up to 4 K/V tiles share each q
+// tile load, dQ items of up to 4 row passes share each widened K/V tile.
 // Measured 2026-11-21, dev machine (as in forward-inl.h), f32 B=1 H=8 S=2048 D=128,
-// FLOPs counted as 2.5x forward: 2 threads 69-77 GFLOP/s per CPU-second (~45% of the
-// FMA probe; 8 products instead of 5 account for most of the gap), 1 thread 37-38.
+// FLOPs counted as 2.5x forward: 2 threads 35-42 GFLOP/s wall, 70-84 per CPU-second
+// (~45-50% of the FMA probe; 8 products instead of 5 account for most of the gap).
 // Run: build/tests/cpu/flash_cpu_kernel_test, build/tests/cpu/flash_cpu_determinism_test.
 
 #if defined(FLASH_CPU_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)

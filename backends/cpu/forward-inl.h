@@ -17,11 +17,10 @@
 // Rows that see no key get o = 0, lse = -inf.
 // Tolerance class: f32 accumulation throughout; error comparable to a naive f32
 // attention (the cross-backend suite's 2x-naive rule).
-// Measured 2026-11-21, dev machine (AMD EPYC, 2 shared vCPUs, AVX2, load 5-10), f32,
-// B=1 H=8 S=2048 D=128, flash_cpu_speed: 2 threads 119-126 GFLOP/s per CPU-second =
-// 73-80% of the FMA probe (same run), causal 110-114 = 67%; wall clock 38-42 GFLOP/s
-// = 62-70% of the probe's wall rate in the same window (the cores are shared).
-// 1 thread: 69% / 61% causal. bf16 67% / 57%. Details: backends/cpu/README.md.
+// Measured 2026-11-21, dev machine (AMD EPYC, 2 shared vCPUs, AVX2, load ~3.5), f32,
+// B=1 H=8 S=2048 D=128, flash_cpu_speed, 2 threads: 51-58 GFLOP/s wall = 64-72% of the
+// FMA probe in the same window (65-72% per CPU-second); causal 45-55 = 53-63%.
+// bf16 67% / 57% per CPU-second. Details: backends/cpu/README.md.
 // Run: build/tests/cpu/flash_cpu_kernel_test (correctness vs a naive loop, all SIMD
 // targets), build/tests/cpu/flash_cpu_speed (GFLOP/s).
 
