@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "device_ops.cuh"
+#include "fwd_tile_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
 #include "tile_configs.hpp"
@@ -135,34 +136,9 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
     }
 
     // ---- softcap, mask, online softmax ----------------------------------------------
-    if (use_softcap) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = p.softcap * tanhf(s[mt][nt][e] * cap_in);
-    }
-    if (!tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1)) {
-      // Per row, the visible keys relative to this thread's first column: then each
-      // element is two compares against compile-time column offsets.
-      const int key_base = k0 + tig * 2;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const KeyRange r = visible_keys(p.mask, q0 + warp_row0 + mt * 16 + g + h * 8,
-                                          q0 + warp_row0 + mt * 16 + g + h * 8);
-          const int lo = r.begin - key_base, hi = r.end - key_base;  // visible: [lo, hi)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = nt * 8 + e;
-              if (col < lo || col >= hi) s[mt][nt][2 * h + e] = -INFINITY;
-            }
-        }
-    }
+    softcap_and_mask(s, p, use_softcap, cap_in,
+                     !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1), q0 + warp_row0 + g,
+                     k0 + tig * 2);
     float row_alpha[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {

@@ -25,6 +25,7 @@
 #include <cmath>
 
 #include "device_ops.cuh"
+#include "fwd_tile_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
 #include "tile_configs.hpp"
@@ -150,32 +151,9 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
     }
 
     // ---- softcap, mask --------------------------------------------------------------
-    if (use_softcap) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = p.softcap * tanhf(s[mt][nt][e] * cap_in);
-    }
-    if (!tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1)) {
-      const int key_base = k0 + half * (BK / 2) + tig * 2;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = q0 + pair_row0 + mt * 16 + g + h * 8;
-          const KeyRange r = visible_keys(p.mask, row, row);
-          const int lo = r.begin - key_base, hi = r.end - key_base;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = nt * 8 + e;
-              if (col < lo || col >= hi) s[mt][nt][2 * h + e] = -INFINITY;
-            }
-        }
-    }
+    softcap_and_mask(s, p, use_softcap, cap_in,
+                     !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1), q0 + pair_row0 + g,
+                     k0 + half * (BK / 2) + tig * 2);
 
     // ---- row max over both halves (exchange), then P and partial row sums ------------
     float tile_max[MT][2];
