@@ -8,7 +8,7 @@
 #         be reported as races, so each call runs on its calling thread)
 # Usage: bash .ci/reliability.sh [asan] [fuzz] [tsan]      (default: all three)
 # Env: FUZZ_SECONDS (default 60), JOBS (default nproc), ASAN_FILTER (gtest filter of the
-# cross-backend suite under ASan; default: the whole suite minus the largest cases).
+# cross-backend suite under ASan; default: its cases up to ~130 rows, see below).
 # Build dirs: build-rel-asan, build-rel-tsan (kept between runs: incremental).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,11 +34,18 @@ fi
 
 configure() {  # dir sanitizers extra-args...
   local dir=$1 san=$2; shift 2
+  mkdir -p "$dir"
   CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=OFF -DFLASHATTN_HIP=OFF -DFLASHATTN_BENCH=OFF \
-    -DFLASHATTN_SANITIZE="$san" "$@" >"$dir.configure.log" 2>&1 ||
-    { tail -30 "$dir.configure.log"; exit 1; }
+    -DFLASHATTN_SANITIZE="$san" "$@" >"$dir/reliability-configure.log" 2>&1 ||
+    { tail -30 "$dir/reliability-configure.log"; exit 1; }
 }
+
+# Tests waiting for a fix outside tests/ (tests/reliability/known_gaps.txt).
+gaps=$(grep -v '^#' tests/reliability/known_gaps.txt | grep -v '^[[:space:]]*$' | paste -sd: || true)
+if [ -n "$gaps" ]; then
+  echo "reliability: known gaps not run (tests/reliability/known_gaps.txt): $gaps"
+fi
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1
@@ -51,32 +58,36 @@ if has asan || has fuzz; then
   targets=(flashattn_reliability_tests)
   has asan && targets+=(flashattn_tests flashattn_concurrency_test)
   has fuzz && targets+=(fuzz_attention)
-  cmake --build build-rel-asan -j"$jobs" --target "${targets[@]}" >build-rel-asan.build.log 2>&1 ||
-    { grep -B2 -A20 -m3 'error' build-rel-asan.build.log | head -80; exit 1; }
+  cmake --build build-rel-asan -j"$jobs" --target "${targets[@]}" >build-rel-asan/reliability-build.log 2>&1 ||
+    { grep -B2 -A20 -m3 'error' build-rel-asan/reliability-build.log | head -80; exit 1; }
   stamp "asan build done"
 fi
 
 if has asan; then
   bin=build-rel-asan/tests
-  # The cross-backend suite under ASan+UBSan on reference and cpu (every SIMD target).
-  # The s1000 cases are left out: they are the same code paths as s257/s513 at ~4x
-  # the cost, and the normal build runs them.
-  filter=${ASAN_FILTER:-All/*-*s1000*}
-  "$bin/flashattn_tests" --gtest_filter="$filter" --gtest_brief=1 >build-rel-asan.suite.log 2>&1 ||
-    { tail -60 build-rel-asan.suite.log; exit 1; }
-  tail -3 build-rel-asan.suite.log
+  # The cross-backend suite under ASan+UBSan on reference and cpu (every SIMD target),
+  # on its cases up to ~130 rows: odd sizes, Sq != Sk both ways, empty rows, head_dim
+  # 1/8/40/64/128, GQA, causal, windows, large logits, bhsd and padded layouts, every
+  # dtype, forward and backward. The larger cases run the same code paths (more
+  # tiles) at 10-100x the cost under ASan; the normal build runs them all.
+  small='*_s1x1_*:*_s17x113_*:*_s113x17_*:*_s113_d40_*:*_s64_d64_*:*_s77x129_*:*_s113_d128_*:*_s128_d64_large*'
+  filter=${ASAN_FILTER:-$small}
+  "$bin/flashattn_tests" --gtest_filter="$filter" --gtest_brief=1 >build-rel-asan/reliability-suite.log 2>&1 ||
+    { tail -60 build-rel-asan/reliability-suite.log; exit 1; }
+  tail -3 build-rel-asan/reliability-suite.log
   "$bin/flashattn_tests" --gtest_filter='-All/*' --gtest_brief=1 | tail -3   # api, validation, edge
   stamp "asan: cross-backend suite + api tests passed"
   rel=$bin/reliability/flashattn_reliability_tests
-  "$rel" --gtest_filter='Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*' --gtest_brief=1 | tail -3
+  "$rel" --gtest_filter="Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*${gaps:+-$gaps}" \
+    --gtest_brief=1 | tail -3
   stamp "asan: bad-input matrix + fuzz replay passed"
-  "$rel" --gtest_filter='AllTargets/Numerics.*:CudaBadInput.*' --gtest_brief=1 | tail -3
+  "$rel" --gtest_filter="AllTargets/*:CudaBadInput.*${gaps:+-$gaps}" --gtest_brief=1 | tail -3
   stamp "asan: numerical edge cases passed"
   "$bin/reliability/flashattn_concurrency_test" --gtest_brief=1 | tail -3
   for t in "$bin"/cpu/*_test; do
     [ -x "$t" ] || continue
-    "$t" --gtest_brief=1 >"build-rel-asan.$(basename "$t").log" 2>&1 ||
-      { tail -40 "build-rel-asan.$(basename "$t").log"; exit 1; }
+    "$t" --gtest_brief=1 >"build-rel-asan/reliability-$(basename "$t").log" 2>&1 ||
+      { tail -40 "build-rel-asan/reliability-$(basename "$t").log"; exit 1; }
   done
   stamp "asan: concurrency + cpu kernel tests passed"
 fi
@@ -100,8 +111,8 @@ fi
 
 if has tsan; then
   configure build-rel-tsan thread
-  cmake --build build-rel-tsan -j"$jobs" --target flashattn_concurrency_test >build-rel-tsan.build.log 2>&1 ||
-    { grep -B2 -A20 -m3 'error' build-rel-tsan.build.log | head -80; exit 1; }
+  cmake --build build-rel-tsan -j"$jobs" --target flashattn_concurrency_test >build-rel-tsan/reliability-build.log 2>&1 ||
+    { grep -B2 -A20 -m3 'error' build-rel-tsan/reliability-build.log | head -80; exit 1; }
   stamp "tsan build done"
   OMP_NUM_THREADS=1 build-rel-tsan/tests/reliability/flashattn_concurrency_test --gtest_brief=1 |
     tail -3

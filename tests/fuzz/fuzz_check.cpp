@@ -34,6 +34,15 @@ namespace {
 using test::HostTensor;
 using test::Layout;
 
+// Known gaps (tests/reliability/known_gaps.txt), steered around so that the fuzzer
+// keeps finding new problems; set to false when the fix lands.
+//  - cpu f16 loads on targets without F16C (sse4, scalar) turn NaN/inf into finite
+//    values: no non-finite injection into f16 inputs there.
+//  - a row whose visible scores are all -inf is NaN in the reference, o = 0 / lse =
+//    -inf on cpu: infinities are injected into v only (NaN anywhere).
+constexpr bool kGapF16NonFiniteWithoutF16C = true;
+constexpr bool kGapAllMinusInfRow = true;
+
 constexpr float kScales[] = {0.f, 0.05f, 0.3f, 1.f, 4.f, -0.5f /*invalid*/, 0.f, 0.125f};
 constexpr float kSoftcaps[] = {0.f, 0.f, 0.f, 0.5f, 5.f, 30.f, -1.f /*invalid*/, 0.f};
 constexpr double kAmplitudes[] = {1.0, 1.0, 4.0, 30.0};
@@ -243,7 +252,12 @@ std::string check_one(const uint8_t* data, size_t size) {
   fill(in.q, r, rng, x.amplitude);
   fill(in.k, r, rng, x.amplitude);
   fill(in.v, r, rng, 1.0);
-  if (x.inject) {
+  bool inject = x.inject;
+  if (kGapF16NonFiniteWithoutF16C && tdtype == DType::f16 &&
+      (x.simd == "sse4" || x.simd == "scalar"))
+    inject = false;
+  if (kGapAllMinusInfRow && std::isinf(x.inject_value) && x.inject_tensor != 2) inject = false;
+  if (inject) {
     HostTensor& t = x.inject_tensor == 0 ? in.q : x.inject_tensor == 1 ? in.k : in.v;
     if (t.elements() > 0) {
       const int64_t i = x.inject_index % t.elements();
@@ -314,8 +328,16 @@ std::string check_one(const uint8_t* data, size_t size) {
                                             in.dout.data());
       const auto naive = test::naive_backward(in.problem, in.q.data(), in.k.data(), in.v.data(),
                                               in.dout.data());
-      const double mag = std::max(
-          {test::magnitude(grad.dq), test::magnitude(grad.dk), test::magnitude(grad.dv)});
+      // The backward recomputes exp(s - lse) from an f32 logit and the f32 lse: their
+      // rounding relative to |lse| becomes a relative error of every probability,
+      // unavoidably (see lse_rounding_factor in tests/reliability/numerics_test.cpp).
+      const double per_logit =
+          std::ldexp(1.0, -24) * (2 + 2 * std::sqrt(static_cast<double>(d.head_dim)));
+      const double lse_factor =
+          1 + test::magnitude(ref.lse) * per_logit / test::relative_epsilon(tdtype);
+      const double mag = std::max({test::magnitude(grad.dq), test::magnitude(grad.dk),
+                                   test::magnitude(grad.dv)}) *
+                         lse_factor;
       if (!matches(name + " dq", dq.to_packed(), grad.dq, naive.dq, tdtype, mag, why))
         fail << why << "\n";
       if (d.seqlen_kv > 0) {
