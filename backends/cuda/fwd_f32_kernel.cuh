@@ -1,14 +1,14 @@
 // Forward attention for f32 inputs with plain f32 FMA (no TF32), the default f32 path.
 //
-// Algorithm: one block per (16 query rows, head, batch), 4 warps of 4 rows each. Per
+// Algorithm: one block per (32 query rows, head, batch), 4 warps of 8 rows each. Per
 // tile of 32 keys (one per lane): each lane computes its key's score against the
-// warp's 4 rows (Q rows are read as broadcasts, K rows padded so lanes hit distinct
+// warp's 8 rows (Q rows are read as broadcasts, K rows padded so lanes hit distinct
 // banks), the warp reduces the row max with shuffles, and P·V runs with lane-owned
 // output columns (lane, lane+32, ...). Online softmax with expf in natural units, the
 // same operations a naive f32 evaluation does, so errors stay at f32 rounding level.
 // Tolerance class: f32 (FMA accumulation, relative error ~1e-6).
-// Measured (H200, D = 64/128, S = 1k/4k, 2026-11-21): 17-22 TFLOP/s, about 0.45x torch
-// SDPA mem-efficient f32. Tables: backends/cuda/RESULTS-cuda.md.
+// Measured (H200, D = 64/128/256, S = 1k/4k, 2026-11-21): 20-25 TFLOP/s, about 0.55x
+// torch SDPA mem-efficient f32. Tables: backends/cuda/RESULTS-cuda.md.
 // Run: tests/cuda/device_run.sh (check; bench with DTYPES=f32).
 #pragma once
 

@@ -109,10 +109,17 @@ struct FwdPairDerived {
 
 // f32 forward (SIMT FMA): kRowsPerWarp query rows per warp, kBlockKV = 32 keys (one
 // per lane) per tile, kWarps warps per block.
+#ifndef FLASH_F32_ROWS_PER_WARP
+#define FLASH_F32_ROWS_PER_WARP 8  // 8: +15% over 4 (RESULTS-cuda.md); 16: slower
+#endif
+#ifndef FLASH_F32_WARPS
+#define FLASH_F32_WARPS 4
+#endif
 struct FwdF32Config {
-  static constexpr int kWarps = 4, kRowsPerWarp = 4, kBlockKV = 32;
+  static constexpr int kWarps = FLASH_F32_WARPS, kRowsPerWarp = FLASH_F32_ROWS_PER_WARP,
+                       kBlockKV = 32;
   static constexpr int kBlockQ = kWarps * kRowsPerWarp;
-  static constexpr const char* kName = "simt_f32_fwd_q16_kv32_w4";
+  static constexpr const char* kName = "simt_f32_fwd_q32_kv32_w4";
 };
 template <int kDim>
 struct FwdF32Smem {
