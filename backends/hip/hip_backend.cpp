@@ -3,6 +3,7 @@
 // and the forward/backward entries (host-memory staging, launch on desc.stream).
 // Built as libflashattn_hip.so by hipcc for AMD GPUs, or by nvcc as the hip-on-cuda
 // build (portable kernels only); the core loads it with dlopen either way.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -129,14 +130,17 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
                            std::to_string(p.head_dim_v) + ": hip supports up to " +
                            std::to_string(kPortableMaxHeadDim));
   // Every kernel puts (row block, head, batch) on grid x; the smallest row block is 16.
-  const int64_t rows =
-      direction == FLASH_FORWARD
-          ? p.seqlen_q * p.heads_q
-          : (p.seqlen_q * p.heads_q > p.seqlen_kv * p.heads_kv ? p.seqlen_q * p.heads_q
-                                                               : p.seqlen_kv * p.heads_kv);
-  if ((rows / 16 + 1) * p.batch > kMaxBlocks)
+  const auto blocks = [&](int64_t seq, int64_t heads) {
+    return static_cast<double>((seq + 15) / 16) * static_cast<double>(heads) *
+           static_cast<double>(p.batch);
+  };
+  const double grid = direction == FLASH_FORWARD ? blocks(p.seqlen_q, p.heads_q)
+                                                 : std::max(blocks(p.seqlen_q, p.heads_q),
+                                                            blocks(p.seqlen_kv, p.heads_kv));
+  if (grid > static_cast<double>(kMaxBlocks))
     return Choice::decline("batch * heads * seqlen too large for one hip grid (" +
-                           std::to_string(p.batch) + " x " + std::to_string(rows) + " rows)");
+                           std::to_string(static_cast<long long>(grid)) + " blocks of 16 rows > " +
+                           std::to_string(kMaxBlocks) + ")");
 
   bool mfma = false;
 #if FLASHATTN_HIP_MFMA
