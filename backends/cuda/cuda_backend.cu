@@ -343,8 +343,9 @@ struct CudaBackend {
     if (!staging.empty()) {
       void* slots[5] = {const_cast<void*>(f.q), const_cast<void*>(f.k), const_cast<void*>(f.v),
                         f.o, f.lse};
-      const bool staged[5] = {f.q == nullptr, f.k == nullptr, f.v == nullptr, f.o == nullptr,
-                              p.lse != nullptr && f.lse == nullptr};
+      // add() returns null for a staged tensor, and also passes through the null pointer
+      // of an empty tensor (seqlen_kv = 0): only the former takes a staged slot.
+      const bool staged[5] = {q && !f.q, k && !f.k, v && !f.v, o && !f.o, p.lse && !f.lse};
       std::vector<void*> dev = staging.commit();
       size_t i = 0;
       for (int s = 0; s < 5; ++s)
@@ -414,7 +415,7 @@ struct CudaBackend {
     bool staged[9];
     for (int i = 0; i < 9; ++i) {
       dev[i] = const_cast<void*>(staging.add(names[i], ptrs[i], bytes[i], i >= 6));
-      staged[i] = dev[i] == nullptr;
+      staged[i] = ptrs[i] != nullptr && dev[i] == nullptr;  // null: empty tensor, not staged
     }
     if (!staging.empty()) {
       std::vector<void*> got = staging.commit();
