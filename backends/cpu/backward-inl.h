@@ -174,7 +174,8 @@ HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, siz
 }
 
 // K and V of one tile as A operands (rows = keys, padded to k_rows) and K also as a
-// B operand (row-major, d_pad columns). In place when f32 and no padding is needed.
+// B operand (row-major, d_pad columns). Read in place only for f32 with contiguous
+// rows and no padding; otherwise widened into the item's slot.
 struct KvOperands {
   StridedA ka, va;
   const float* kb_ptr;

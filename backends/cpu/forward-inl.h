@@ -6,13 +6,14 @@
 // read once per group; an item runs up to 4 passes of kRows rows over each widened
 // K/V tile. Qᵀ (scaled by scale·log2e) is packed once per item; then for
 // each K/V tile of kKeys keys inside the item's visible key range:
-//   Sᵀ = K·Qᵀ        micro-kernel, K read in place (f32) or widened per tile
+//   Sᵀ = K·Qᵀ        micro-kernel; K widened/packed once per tile (V into column
+//                    panels) and shared by all passes
 //   mask             only on boundary tiles (whole tiles outside the mask are never
 //                    visited; tiles every row fully sees skip the mask)
 //   online softmax   column-wise over Sᵀ: running max m and sum l per row, P = 2^(S-m)
 //   O = α·O + P·V    micro-kernel with the rescale α = 2^(m_old-m_new) folded into
-//                    its load of O; boundary tiles run it row by row over exactly the
-//                    keys the row sees, so a NaN in a masked V row reaches no one.
+//                    its load of O; boundary tiles run it over exactly the keys each
+//                    row sees (BoundaryPv), so a NaN in a masked V row reaches no one.
 // Normalisation by 1/l and lse = ln2·(m + log2 l) happen once, when O is written.
 // Rows that see no key get o = 0, lse = -inf.
 // Tolerance class: f32 accumulation throughout; error comparable to a naive f32

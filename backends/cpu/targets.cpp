@@ -1,7 +1,7 @@
 // Compiles the kernels once per SIMD target (Highway foreach_target) and maps the
 // FLASH_CPU_TARGET names onto Highway's dispatch tables. Targets are set by the
 // CMake definitions HWY_COMPILE_ALL_ATTAINABLE and HWY_DISABLED_TARGETS: AVX-512
-// (AVX3), AVX2, SSE4 and the baseline scalar target are always compiled, whatever
+// (AVX3), AVX2, SSE4 and the portable scalar target are always compiled, whatever
 // -march says.
 
 // Order matters: foreach_target.h re-includes this file once per target, before the
@@ -72,8 +72,9 @@ struct Named {
   const char* name;
   int64_t target;
 };
-// Best first. "scalar" is Highway's portable 128-bit emulation (EMU128), or HWY_SCALAR
-// where that is the build's baseline.
+// Best first. "scalar" is whichever portable target the build compiles: HWY_SCALAR
+// (one lane; what Debian's Highway 1.0.3 with HWY_COMPILE_ALL_ATTAINABLE gives on
+// x86-64) or EMU128.
 constexpr Named kKnown[] = {{"avx512", HWY_AVX3},
                             {"avx2", HWY_AVX2},
                             {"sse4", HWY_SSE4},
