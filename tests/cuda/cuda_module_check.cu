@@ -245,6 +245,7 @@ int main(int argc, char** argv) {
     }
     run({1, 1, 1, 1, 1, 64, 64, dtype, false, -1, -1, 0.f, false, true});
     run({2, 37, 0, 2, 1, 64, 64, dtype, false, -1, -1, 0.f, false, true});      // no keys: o = 0
+    run({2, 37, 0, 2, 1, 64, 64, dtype, false, -1, -1, 0.f, false, false});     // same, host
     run({1, 1, 1000, 8, 1, 128, 128, dtype, false, -1, -1, 0.f, false, true});  // decode-like
     run({2, 200, 300, 4, 4, 128, 64, dtype, true, -1, -1, 0.f, false, true});
     run({2, 200, 300, 4, 2, 64, 256, dtype, false, -1, 20, 0.f, true, false});
