@@ -49,14 +49,11 @@ struct BwdParams {
 };
 
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.
-// `dim` is the compiled tile head dim (max(head_dim, head_dim_v)).
+// `dim` is the compiled tile head dim (max(head_dim, head_dim_v)). Config names for
+// FLASH_LOG come from choose() in cuda_backend.cu, which reads tile_configs.hpp.
 template <Dtype kDtype, int kDim>
 void launch_forward(const FwdParams& p, int batch, cudaStream_t stream);
 template <Dtype kDtype, int kDim>
 void launch_backward(const BwdParams& p, int batch, cudaStream_t stream);
-
-// Name of the tile config the launcher will use, for FLASH_LOG and choose().
-const char* forward_config_name(Dtype dtype, int dim);
-const char* backward_config_name(Dtype dtype, int dim);
 
 }  // namespace flash::cuda
