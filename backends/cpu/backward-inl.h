@@ -189,8 +189,8 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
   const size_t d_pad = t.rows.d_pad;
   float* kpack = t.kpack + slot * Tiles::kKeys * d_pad;
   float* vpack = t.vpack + slot * Tiles::kKeys * t.rows.dv_pad;
-  // In place only for f32 rows that are contiguous (one head, or D·heads small): rows
-  // 4 KiB apart alias in L1, so other layouts are packed.
+  // In place only for f32 with rows back to back (row stride == head_dim: one head, or
+  // a [b, h, s, d] layout); rows 4 KiB apart alias in L1, so other layouts are packed.
   const bool in_place = p.dtype == FLASH_F32 && k_rows == kb && p.k_stride[1] == p.head_dim &&
                         p.v_stride[1] == p.head_dim_v;
   KvOperands op;
