@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -208,11 +209,25 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
 }  // namespace flash_emu
 
 // ---- fake runtime ----------------------------------------------------------------
+// "Device" memory is what hipMalloc returned; any other pointer is host memory, which
+// hipPointerGetAttributes rejects as HIP 5.2 does, so the backend's staging runs.
+namespace {
+std::map<const char*, size_t>& allocations() {
+  static std::map<const char*, size_t> m;
+  return m;
+}
+hipError_t g_last_error = hipSuccess;
+}  // namespace
+
 const char* hipGetErrorString(hipError_t e) {
   return e == hipSuccess ? "hipSuccess" : e == hipErrorNoDevice ? "hipErrorNoDevice"
                                                                 : "hipErrorInvalidValue";
 }
-hipError_t hipGetLastError() { return hipSuccess; }
+hipError_t hipGetLastError() {
+  const hipError_t e = g_last_error;
+  g_last_error = hipSuccess;
+  return e;
+}
 hipError_t hipGetDeviceCount(int* n) {
   *n = 1;
   return hipSuccess;
@@ -233,16 +248,27 @@ hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int) {
   prop->warpSize = flash_emu::wave_size();
   return hipSuccess;
 }
-hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attr, const void*) {
-  attr->memoryType = hipMemoryTypeDevice;  // all memory is "device" memory here
-  attr->isManaged = 0;
-  return hipSuccess;
+hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attr, const void* p) {
+  const char* c = static_cast<const char*>(p);
+  auto it = allocations().upper_bound(c);
+  if (it != allocations().begin()) {
+    --it;
+    if (c < it->first + it->second) {
+      attr->memoryType = hipMemoryTypeDevice;
+      attr->isManaged = 0;
+      return hipSuccess;
+    }
+  }
+  return g_last_error = hipErrorInvalidValue;
 }
 hipError_t hipMalloc(void** p, size_t bytes) {
   *p = std::malloc(bytes ? bytes : 1);
-  return *p ? hipSuccess : hipErrorInvalidValue;
+  if (!*p) return g_last_error = hipErrorInvalidValue;
+  allocations()[static_cast<const char*>(*p)] = bytes ? bytes : 1;
+  return hipSuccess;
 }
 hipError_t hipFree(void* p) {
+  allocations().erase(static_cast<const char*>(p));
   std::free(p);
   return hipSuccess;
 }

@@ -9,7 +9,8 @@
 // __shfl_xor and the three MFMA instructions exchange operands through per-wave slots,
 // using the CDNA operand/result layouts documented in backends/hip/mfma_ops.h — so this
 // checks the kernels against that understanding of the hardware, not the hardware.
-// Device memory is host memory; "hipMalloc" is malloc. Blocks run one after another,
+// Device memory is host memory ("hipMalloc" is malloc, but only its pointers count as
+// device memory, so host-memory staging is exercised too). Blocks run one after another,
 // so __shared__ can be a function-local static.
 // Environment: FLASH_EMU_ARCH (gfx90a|gfx908, default from the build), FLASH_EMU_WAVE
 // (64 or 32: the wave size reported to choose() and used for wave barriers).
