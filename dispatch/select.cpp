@@ -37,7 +37,12 @@ const BackendSlot& automatic_slot(const void* q, std::string& why) {
     why = "q is host memory";
     return cpu;
   }
-  why = "q is host memory and cpu is unavailable (" + cpu.reason + ")";
+  // Built in but unavailable means misconfigured (e.g. a bad FLASH_CPU_TARGET): say so
+  // rather than quietly running the slow reference.
+  if (cpu.module)
+    throw Error("automatic: q is host memory but backend cpu is unavailable: " + cpu.reason,
+                Error::Kind::unsupported);
+  why = "q is host memory and the cpu backend is not built in";
   return slot(Backend::reference);
 }
 
