@@ -2,6 +2,7 @@
 // emulator described in cdna_emulator.h.
 #include "cdna_emulator.h"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cstdio>
@@ -15,9 +16,14 @@ namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;
 
+// A fiber is entered once through makecontext/swapcontext; every later switch uses
+// _setjmp/_longjmp, which (unlike swapcontext) does not save the signal mask with a
+// system call per switch.
 struct Fiber {
   ucontext_t context;
+  jmp_buf jump;
   ThreadState state;
+  bool started = false;
   bool done = false;
 };
 
@@ -30,6 +36,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<std::vector<char>> stacks;
   ucontext_t scheduler;
+  jmp_buf scheduler_jump;
   Fiber* running = nullptr;
   long progress = 0;  // completed barriers + finished fibers
   Barrier block_barrier;
@@ -49,15 +56,17 @@ int env_wave() {
 
 int thread_index() {
   const ThreadState& s = g_block.running->state;
-  return static_cast<int>(s.thread_idx.x + s.block_dim.x * (s.thread_idx.y + s.block_dim.y *
-                                                                                   s.thread_idx.z));
+  return static_cast<int>(s.thread_idx.x +
+                          s.block_dim.x * (s.thread_idx.y + s.block_dim.y * s.thread_idx.z));
 }
 int threads_per_block() {
   const ThreadState& s = g_block.running->state;
   return static_cast<int>(s.block_dim.x * s.block_dim.y * s.block_dim.z);
 }
 
-void yield() { swapcontext(&g_block.running->context, &g_block.scheduler); }
+void yield() {
+  if (_setjmp(g_block.running->jump) == 0) _longjmp(g_block.scheduler_jump, 1);
+}
 
 void wait(Barrier& b, int count) {
   const long generation = b.generation;
@@ -80,11 +89,11 @@ void wave_barrier() {
   wait(g_block.wave_barriers[w], wave_members(w));
 }
 
-void trampoline() {
+[[noreturn]] void trampoline() {
   (*g_block.body)();
   g_block.running->done = true;
   ++g_block.progress;
-  // returning resumes uc_link (the scheduler)
+  _longjmp(g_block.scheduler_jump, 1);  // never return into the (stale) uc_link context
 }
 
 }  // namespace
@@ -174,6 +183,7 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
         for (int t = 0; t < n; ++t) {
           Fiber& f = b.fibers[t];
           f.done = false;
+          f.started = false;
           f.state.thread_idx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
           f.state.block_idx = dim3(bx, by, bz);
           f.state.block_dim = block;
@@ -181,7 +191,7 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
           getcontext(&f.context);
           f.context.uc_stack.ss_sp = b.stacks[t].data();
           f.context.uc_stack.ss_size = kStackBytes;
-          f.context.uc_link = &b.scheduler;
+          f.context.uc_link = nullptr;
           makecontext(&f.context, trampoline, 0);
         }
         int live = n;
@@ -191,7 +201,14 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
           for (Fiber& f : b.fibers) {
             if (f.done) continue;
             b.running = &f;
-            swapcontext(&b.scheduler, &f.context);
+            if (_setjmp(b.scheduler_jump) == 0) {
+              if (!f.started) {
+                f.started = true;
+                swapcontext(&b.scheduler, &f.context);
+              } else {
+                _longjmp(f.jump, 1);
+              }
+            }
             if (!f.done) ++live;
           }
           if (live > 0 && b.progress == before) {
@@ -220,8 +237,9 @@ hipError_t g_last_error = hipSuccess;
 }  // namespace
 
 const char* hipGetErrorString(hipError_t e) {
-  return e == hipSuccess ? "hipSuccess" : e == hipErrorNoDevice ? "hipErrorNoDevice"
-                                                                : "hipErrorInvalidValue";
+  return e == hipSuccess         ? "hipSuccess"
+         : e == hipErrorNoDevice ? "hipErrorNoDevice"
+                                 : "hipErrorInvalidValue";
 }
 hipError_t hipGetLastError() {
   const hipError_t e = g_last_error;
