@@ -87,8 +87,10 @@ const flash_backend_module* make_module() {
       },
       [](const flash_problem* p, int direction, flash_message* out) -> int {
         Choice c;
+        // A choose() that throws (e.g. a bad FLASH_CPU_TARGET) reports the error's own
+        // status; a decline is FLASH_UNSUPPORTED.
         int status = guarded(out, [&] { c = B::choose(*p, direction); });
-        if (status != FLASH_OK) return FLASH_UNSUPPORTED;
+        if (status != FLASH_OK) return status;
         write_message(out, c.ok ? c.kernel : c.reason);
         return c.ok ? FLASH_OK : FLASH_UNSUPPORTED;
       },

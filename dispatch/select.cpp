@@ -41,7 +41,7 @@ const BackendSlot& automatic_slot(const void* q, std::string& why) {
   // rather than quietly running the slow reference.
   if (cpu.module)
     throw Error("automatic: q is host memory but backend cpu is unavailable: " + cpu.reason,
-                Error::Kind::unsupported);
+                Error::Kind::invalid_argument);
   why = "q is host memory and the cpu backend is not built in";
   return slot(Backend::reference);
 }
@@ -66,7 +66,8 @@ Selection select_backend(Backend in_desc, const flash_problem& problem, const vo
   if (status != FLASH_OK)
     throw Error(request.origin + ": backend " + to_string(chosen.id) + " cannot run this " +
                     direction_name(direction) + ": " + decision.text,
-                Error::Kind::unsupported);
+                status == FLASH_INVALID_ARGUMENT ? Error::Kind::invalid_argument
+                                                 : Error::Kind::unsupported);
 
   if (log_enabled()) {
     std::string line = std::string(direction_name(direction)) + " on " + to_string(chosen.id) +

@@ -101,9 +101,18 @@ struct TensorView {
   }
 };
 
-void require_pointer(const void* p, const TensorView& t) {
+void require_pointer(const void* p, const TensorView& t, int32_t dtype) {
   if (p == nullptr && t.elements() > 0)
     fail(t.name, "nullptr", "a non-empty tensor needs a valid pointer");
+  // Elements are read as float / 16-bit values: a misaligned pointer is undefined
+  // behaviour on every backend (GPU backends may require more; they check).
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  if (address % dtype_bytes(dtype) != 0) {
+    std::ostringstream s;
+    s << p;
+    fail(t.name, s.str(), "must be aligned to its element size (" +
+                              std::to_string(dtype_bytes(dtype)) + " bytes)");
+  }
 }
 
 struct Range {
@@ -208,14 +217,16 @@ flash_problem validate_descriptor(const AttentionDesc& desc) {
 flash_problem validate_forward(const AttentionDesc& desc, const ForwardArgs& a) {
   flash_problem p = validate_common(desc);
   Views t = resolve_views(desc, p);
-  require_pointer(a.q, t.q);
-  require_pointer(a.k, t.k);
-  require_pointer(a.v, t.v);
-  require_pointer(a.o, t.o);
+  require_pointer(a.q, t.q, p.dtype);
+  require_pointer(a.k, t.k, p.dtype);
+  require_pointer(a.v, t.v, p.dtype);
+  require_pointer(a.o, t.o, p.dtype);
   const Range all[] = {range_of(a.q, t.q, p.dtype), range_of(a.k, t.k, p.dtype),
                        range_of(a.v, t.v, p.dtype), range_of(a.o, t.o, p.dtype)};
   check_no_overlap(all + 3, 1, all, 4);
   if (p.lse) {
+    if (reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0)
+      fail("lse", "a misaligned pointer", "must be aligned to 4 bytes (f32)");
     const int64_t lse_bytes =
         checked_mul(checked_mul(checked_mul(p.batch, p.heads_q, "lse"), p.seqlen_q, "lse"),
                     static_cast<int64_t>(sizeof(float)), "lse");
@@ -237,21 +248,27 @@ flash_problem validate_backward(const AttentionDesc& desc, const BackwardArgs& a
   dq.name = "dq";
   dk.name = "dk";
   dv.name = "dv";
-  require_pointer(a.q, t.q);
-  require_pointer(a.k, t.k);
-  require_pointer(a.v, t.v);
-  require_pointer(a.o, t.o);
-  require_pointer(a.dout, dout);
-  require_pointer(a.dq, dq);
-  require_pointer(a.dk, dk);
-  require_pointer(a.dv, dv);
-  if (a.lse == nullptr && p.batch * p.heads_q * p.seqlen_q > 0)
+  require_pointer(a.q, t.q, p.dtype);
+  require_pointer(a.k, t.k, p.dtype);
+  require_pointer(a.v, t.v, p.dtype);
+  require_pointer(a.o, t.o, p.dtype);
+  require_pointer(a.dout, dout, p.dtype);
+  require_pointer(a.dq, dq, p.dtype);
+  require_pointer(a.dk, dk, p.dtype);
+  require_pointer(a.dv, dv, p.dtype);
+  const int64_t lse_count = checked_mul(checked_mul(p.batch, p.heads_q, "lse"), p.seqlen_q, "lse");
+  if (a.lse == nullptr && lse_count > 0)
     fail("lse", "nullptr", "the backward needs the forward's lse [batch, heads_q, seqlen_q]");
+  if (reinterpret_cast<uintptr_t>(a.lse) % alignof(float) != 0)
+    fail("lse", "a misaligned pointer", "must be aligned to 4 bytes (f32)");
+  const auto lse_begin = reinterpret_cast<uintptr_t>(a.lse);
   const Range all[] = {range_of(a.dq, dq, p.dtype),  range_of(a.dk, dk, p.dtype),
                        range_of(a.dv, dv, p.dtype),  range_of(a.q, t.q, p.dtype),
                        range_of(a.k, t.k, p.dtype),  range_of(a.v, t.v, p.dtype),
-                       range_of(a.o, t.o, p.dtype),  range_of(a.dout, dout, p.dtype)};
-  check_no_overlap(all, 3, all, 8);
+                       range_of(a.o, t.o, p.dtype),  range_of(a.dout, dout, p.dtype),
+                       {"lse", lse_begin,
+                        lse_begin + static_cast<uintptr_t>(checked_mul(lse_count, 4, "lse"))}};
+  check_no_overlap(all, 3, all, 9);
   return p;
 }
 

@@ -22,12 +22,18 @@ struct Row {
   std::vector<char> seen;
   double max = -std::numeric_limits<double>::infinity();
   double sum = 0;  // sum_j exp(s_j - max)
-  int64_t visible_count = 0;
+  bool has_nan = false;
 
+  // A row with no visible key, or whose visible scores are all -inf (and none NaN),
+  // attends to nothing: o = 0, lse = -inf, no gradient. This is what a tiled kernel
+  // computes and what FlashAttention defines.
+  bool empty() const { return max == -std::numeric_limits<double>::infinity() && !has_nan; }
   double lse() const {
-    return visible_count == 0 ? -std::numeric_limits<double>::infinity() : max + std::log(sum);
+    return empty() ? -std::numeric_limits<double>::infinity() : max + std::log(sum);
   }
-  double prob(int64_t j) const { return seen[j] ? std::exp(score[j] - lse()) : 0.0; }
+  double prob(int64_t j) const {
+    return seen[j] && !empty() ? std::exp(score[j] - lse()) : 0.0;
+  }
 };
 
 Row score_row(const flash_problem& p, const void* q, const void* k, int64_t b, int64_t h,
@@ -51,7 +57,7 @@ Row score_row(const flash_problem& p, const void* q, const void* k, int64_t b, i
     }
     row.score[j] = s;
     row.seen[j] = 1;
-    ++row.visible_count;
+    row.has_nan |= std::isnan(s);
     if (s > row.max) row.max = s;  // NaN scores never become the max; they poison sum
   }
   for (int64_t j = 0; j < p.seqlen_kv; ++j)
@@ -62,10 +68,12 @@ Row score_row(const flash_problem& p, const void* q, const void* k, int64_t b, i
 }  // namespace
 
 bool visible(const flash_problem& p, int64_t i, int64_t j) {
+  // Distances, not diag -/+ window: windows may be as large as INT64_MAX, and
+  // |diag - j| <= seqlen_q + seqlen_kv cannot overflow.
   const int64_t diag = i + p.seqlen_kv - p.seqlen_q;
   if (p.causal && j > diag) return false;
-  if (p.window_left >= 0 && j < diag - p.window_left) return false;
-  if (p.window_right >= 0 && j > diag + p.window_right) return false;
+  if (p.window_left >= 0 && diag - j > p.window_left) return false;
+  if (p.window_right >= 0 && j - diag > p.window_right) return false;
   return true;
 }
 

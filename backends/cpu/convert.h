@@ -40,6 +40,26 @@ inline uint16_t F16FromF32(float f) {
   return sign | static_cast<uint16_t>(r >> 13);
 }
 
+// f16 -> f32, exact, with inf and NaN preserved. For SIMD targets without a hardware
+// f16 conversion (SSE4, scalar), whose emulated promotion turns inf/NaN into finite
+// values in Highway 1.0.3.
+inline float F32FromF16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf / NaN
+  } else if (exponent == 0) {
+    const float magnitude = static_cast<float>(mantissa) * (1.0f / 16777216.0f);  // m·2^-24
+    return sign ? -magnitude : magnitude;
+  } else {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // Writes n f32 values to dst (dtype), multiplied by `scale`.
 inline void StoreFromF32(int32_t dtype, const float* src, size_t n, float scale, void* dst) {
   if (dtype == FLASH_F32) {

@@ -57,8 +57,19 @@ struct CpuBackend {
   static const char* name() { return "cpu"; }
 
   static bool probe(std::string& reason, std::string& detail) {
-    const TargetKernels& t = SelectTarget();  // throws for a bad FLASH_CPU_TARGET
-    detail = std::string("simd=") + t.name + "; supported=" + SupportedList() +
+    // The hardware decides availability. A bad FLASH_CPU_TARGET is a configuration
+    // error of the call: choose() raises it (invalid argument) when the cpu backend
+    // is used, so here it only shows in the detail.
+    const TargetKernels* target = &SupportedTargets().front();
+    std::string simd;
+    try {
+      target = &SelectTarget();
+      simd = target->name;
+    } catch (const flash::Error& e) {
+      simd = std::string("invalid FLASH_CPU_TARGET (") + e.what() + ")";
+    }
+    const TargetKernels& t = *target;
+    detail = std::string("simd=") + simd + "; supported=" + SupportedList() +
              "; threads=" + std::to_string(omp_get_max_threads()) +
              "; tile=" + std::to_string(t.tiles.rows) + "x" + std::to_string(t.tiles.keys);
     reason.clear();

@@ -79,14 +79,17 @@ HWY_INLINE void CapAndMask(float* HWY_RESTRICT st, size_t rows, size_t kb, float
   const size_t N = hn::Lanes(d);
   const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
   const auto inv_cap = hn::Set(d, softcap > 0 ? 1.0f / softcap : 0.0f);
-  const auto cap_log2 = hn::Set(d, softcap * kLog2e);
+  // cap · tanh(s / cap) first, then · log2(e): cap · log2(e) alone overflows for
+  // softcap > 2.3e38 (a valid value).
+  const auto cap = hn::Set(d, softcap);
+  const auto log2e = hn::Set(d, kLog2e);
   for (size_t c = 0; c < rows; c += N) {
     const auto lo = boundary ? hn::Load(d, lo_rel + c) : hn::Zero(d);
     const auto hi = boundary ? hn::Load(d, hi_rel + c) : hn::Zero(d);
     for (size_t j = 0; j < kb; ++j) {
       float* p = st + j * rows + c;
       auto s = hn::Load(d, p);
-      if (softcap > 0) s = hn::Mul(cap_log2, hn::Tanh(d, hn::Mul(s, inv_cap)));
+      if (softcap > 0) s = hn::Mul(hn::Mul(cap, hn::Tanh(d, hn::Mul(s, inv_cap))), log2e);
       if (boundary) {
         const auto jv = hn::Set(d, static_cast<float>(j));
         s = hn::IfThenElse(hn::And(hn::Ge(jv, lo), hn::Le(jv, hi)), s, neg_inf);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/convert.h"
 #include "dispatch/module_abi.h"
 #include "hwy/highway.h"
 
@@ -50,7 +51,13 @@ HWY_INLINE void LoadRow(int32_t dtype, const void* src, size_t n, float scale, f
     for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, s + i), vs), df, dst + i);
     for (; i < n; ++i) dst[i] = s[i] * scale;
   } else if (dtype == FLASH_F16) {
+#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+    // No F16C here: Highway's emulated promotion loses inf/NaN; convert exactly.
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    for (size_t i = 0; i < n; ++i) dst[i] = F32FromF16(h[i]) * scale;
+#else
     Widen16(static_cast<const hwy::float16_t*>(src), n, scale, dst);
+#endif
   } else {
     Widen16(static_cast<const hwy::bfloat16_t*>(src), n, scale, dst);
   }

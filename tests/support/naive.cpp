@@ -46,9 +46,10 @@ NaiveRow naive_row(const flash_problem& p, const void* q, const void* k, int64_t
   float sum = 0;
   for (int64_t j = 0; j < p.seqlen_kv; ++j)
     if (seen[j]) sum += std::exp(score[j] - max);
-  bool any = false;
-  for (char c : seen) any |= c != 0;
-  if (!any) return row;
+  // No visible key, or all visible scores -inf (none NaN): the row attends to nothing.
+  bool has_nan = false;
+  for (int64_t j = 0; j < p.seqlen_kv; ++j) has_nan |= seen[j] && std::isnan(score[j]);
+  if (max == -std::numeric_limits<float>::infinity() && !has_nan) return row;
   row.lse = max + std::log(sum);
   for (int64_t j = 0; j < p.seqlen_kv; ++j)
     if (seen[j])
