@@ -447,9 +447,12 @@ struct CudaBackend {
     f.softcap = p.softcap;
     f.mask = make_mask(p);
     b.heads_kv = static_cast<int>(p.heads_kv);
-    b.delta = static_cast<float*>(cached_device_buffer(
-        stream, BufferPurpose::workspace,
-        sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q)));
+    // Held until the last kernel using Δ/lse is enqueued: another host thread on the
+    // same stream must not refill the workspace in between (stream order does the rest).
+    const LockedBuffer workspace =
+        lock_device_buffer(stream, BufferPurpose::workspace,
+                           sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q));
+    b.delta = static_cast<float*>(workspace.ptr);
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
     switch (p.dtype) {
