@@ -45,7 +45,7 @@ struct BwdQConfig;
 // backward is latency bound at 8 warps per SM (ncu: "wait" and short-scoreboard
 // stalls, 30% issue slots), so the defaults trade per-warp tile size for occupancy:
 // min blocks caps registers (4 blocks x 128 threads -> 128 registers). Sweep of
-// 2026-11-21 in RESULTS-cuda-backward.md. A tuning build may predefine one of these
+// 2026-11-21 in bench/RESULTS.md. A tuning build may predefine one of these
 // macros (in a header: nvcc splits command-line -D values at commas).
 #ifndef FLASH_BWD_KV_TUNE_32
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4

@@ -10,7 +10,7 @@
 // f32 evaluation does; fixed loop orders, so results are bitwise reproducible.
 // Tolerance class: f32 (FMA accumulation, relative error ~1e-6).
 // Measured (H200, S=1024): 14-17 TFLOP/s, 0.45x torch's f32 memory-efficient backward.
-// How to run: backends/cuda/RESULTS-cuda-backward.md (tests/cuda/device_bwd.sh).
+// How to run: bench/RESULTS.md (tests/cuda/device_bwd.sh).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -21,7 +21,7 @@
 // Measured (H200, bf16, with bwd_q; FlashAttention shapes, S >= 4096): 148-160 TFLOP/s
 // at D=64, 174-188 at D=128, 128-137 at D=256; 0.54-0.82x torch's FlashAttention-2
 // backward at S >= 2048.
-// How to run: backends/cuda/RESULTS-cuda-backward.md (tests/cuda/device_bwd.sh).
+// How to run: bench/RESULTS.md (tests/cuda/device_bwd.sh).
 #pragma once
 
 #include <cuda_runtime.h>

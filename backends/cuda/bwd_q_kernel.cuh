@@ -14,7 +14,7 @@
 //
 // Tolerance class: f32 accumulation; dS rounded to the input dtype before dS·K.
 // Measured: see bwd_kv_kernel.cuh (the two run back to back; dQ takes ~45% of the time).
-// How to run: backends/cuda/RESULTS-cuda-backward.md (tests/cuda/device_bwd.sh).
+// How to run: bench/RESULTS.md (tests/cuda/device_bwd.sh).
 #pragma once
 
 #include <cuda_runtime.h>

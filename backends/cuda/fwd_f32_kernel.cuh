@@ -8,7 +8,7 @@
 // same operations a naive f32 evaluation does, so errors stay at f32 rounding level.
 // Tolerance class: f32 (FMA accumulation, relative error ~1e-6).
 // Measured (H200, D = 64/128/256, S = 1k/4k, 2026-11-21): 20-25 TFLOP/s, about 0.55x
-// torch SDPA mem-efficient f32. Tables: backends/cuda/RESULTS-cuda.md.
+// torch SDPA mem-efficient f32. Tables: bench/RESULTS.md.
 // Run: tests/cuda/device_run.sh (check; bench with DTYPES=f32).
 #pragma once
 

@@ -15,7 +15,7 @@
 // P·V (as FlashAttention does), well inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention shapes, S = 1k..16k, 2026-11-21): D = 64 291-326
 // TFLOP/s (1.04-1.07x torch SDPA flash), D = 128 332-377 (1.03-1.09x); causal 1.03-1.13x.
-// Tables: backends/cuda/RESULTS-cuda.md. Run: tests/cuda/device_run.sh (check, bench).
+// Tables: bench/RESULTS.md. Run: tests/cuda/device_run.sh (check, bench).
 #pragma once
 
 #include <cuda_runtime.h>

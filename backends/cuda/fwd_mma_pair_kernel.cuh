@@ -17,7 +17,7 @@
 // Tolerance class: as fwd_mma_kernel.cuh (f32 accumulation, P rounded to the dtype).
 // Measured (H200, bf16, D = 256, S = 1k..16k, 2026-11-21): 310-333 TFLOP/s, 1.02-1.04x
 // torch SDPA flash (causal 1.02-1.21x); +6-7% over the plain kernel in the same call.
-// Tables: backends/cuda/RESULTS-cuda.md. Run: tests/cuda/device_run.sh (check, bench).
+// Tables: bench/RESULTS.md. Run: tests/cuda/device_run.sh (check, bench).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -70,7 +70,7 @@ struct FwdMmaDerived {
 // kBlockKV keys and O for half of the value columns. Needs column halves that start on
 // a swizzle period (D / 16 a multiple of 8). Used for D = 256 only: at D = 128 the plain
 // kernel already gives each warp 32 rows, and pairs measured 6-20% slower
-// (RESULTS-cuda.md, 2026-11-21).
+// (bench/RESULTS.md, 2026-11-21).
 template <int kDim>
 struct FwdPairConfig;
 #define FLASH_FWD_PAIR_CONFIG(D, BQ, BKV, W)                                               \
@@ -110,7 +110,7 @@ struct FwdPairDerived {
 // f32 forward (SIMT FMA): kRowsPerWarp query rows per warp, kBlockKV = 32 keys (one
 // per lane) per tile, kWarps warps per block.
 #ifndef FLASH_F32_ROWS_PER_WARP
-#define FLASH_F32_ROWS_PER_WARP 8  // 8: +15% over 4 (RESULTS-cuda.md); 16: slower
+#define FLASH_F32_ROWS_PER_WARP 8  // 8: +15% over 4 (bench/RESULTS.md); 16: slower
 #endif
 #ifndef FLASH_F32_WARPS
 #define FLASH_F32_WARPS 4
