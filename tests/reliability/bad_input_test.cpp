@@ -104,6 +104,8 @@ struct BadInput {
   // Runs only when this backend is unavailable (a forced GPU backend on a host).
   bool needs_unavailable = false;
   Backend unavailable = Backend::automatic;
+  // Runs only when this backend is available (its own environment variable).
+  Backend requires = Backend::automatic;
 };
 
 using M = std::function<void(Call&)>;
@@ -269,6 +271,7 @@ std::vector<BadInput> bad_inputs() {
                             "avx9000");
   env_target.env_name = "FLASH_CPU_TARGET";
   env_target.env_value = "avx9000";
+  env_target.requires = Backend::cpu;
   rows.push_back(env_target);
 
   // ---- a forced backend that cannot run: unavailable here, never a fallback ----------
@@ -407,6 +410,8 @@ TEST_P(BadInputMatrix, RaisesErrorNamingTheField) {
   const auto& [index, entry] = GetParam();
   const BadInput& r = kRows()[index];
   const bool backward = entry == Entry::cpp_backward || entry == Entry::c_backward;
+  if (r.requires != Backend::automatic && !available(r.requires))
+    GTEST_SKIP() << to_string(r.requires) << " is unavailable in this build";
   if (r.needs_unavailable && available(r.unavailable))
     GTEST_SKIP() << to_string(r.unavailable) << " is available here: the row tests its absence";
   Call c;
@@ -490,6 +495,13 @@ const EdgeInput kEdges[] = {
        c.desc.seqlen_kv = 0;
        c.pk = c.pv = nullptr;
        c.pdk = c.pdv = nullptr;
+     }},
+    // Strides of an empty tensor can make no two elements share an address: a
+    // [B, H, 0, D] tensor's bhsd strides are {0, D, 0} (torch gives the same).
+    {"empty_query_bhsd_strides", kBoth,
+     [](Call& c) {
+       c.desc.seqlen_q = 0;
+       c.desc.q_stride = c.desc.o_stride = {0, 8, 0};
      }},
     {"window_left_int64_max", kBoth, [](Call& c) { c.desc.window_left = kMax; }},
     {"window_right_int64_max", kBoth, [](Call& c) { c.desc.window_right = kMax; }},
