@@ -19,7 +19,17 @@
 #error "mfma_ops.h is for hipcc builds only"
 #endif
 
+// Device passes for CDNA targets emit MFMA instructions. Other targets (a build for
+// e.g. "gfx90a;gfx1030") compile the MFMA kernels to a trap: choose() only selects them
+// on gfx90a/gfx908 devices, and the host pass never executes device code.
+#if defined(__HIP_DEVICE_COMPILE__) && (defined(__gfx90a__) || defined(__gfx908__))
+#define FLASH_MFMA_TARGET 1
+#else
+#define FLASH_MFMA_TARGET 0
+#endif
+
 namespace flash::hip::mfma {
+
 
 constexpr int kWave = 64;  // MFMA operand layouts are defined for wave64
 constexpr int kTile = 32;  // M = N of the instruction
@@ -27,6 +37,14 @@ constexpr int kStepK = 8;  // K of one instruction
 
 using Acc = float __attribute__((ext_vector_type(16)));
 using Bits4 = uint16_t __attribute__((ext_vector_type(4)));
+
+// Stand-in for the instruction where it does not exist (see FLASH_MFMA_TARGET).
+FLASH_DEVICE Acc no_mfma(Acc c) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  __builtin_trap();
+#endif
+  return c;
+}
 
 FLASH_DEVICE int lane_id() { return static_cast<int>(threadIdx.x) % kWave; }
 FLASH_DEVICE int lane_col() { return lane_id() % kTile; }
@@ -45,10 +63,11 @@ template <>
 struct Ops<Half> {
   using Operand = _Float16 __attribute__((ext_vector_type(4)));
   static FLASH_DEVICE Acc mma(Operand a, Operand b, Acc c) {
-#if defined(__HIP_DEVICE_COMPILE__)
+#if FLASH_MFMA_TARGET
     return __builtin_amdgcn_mfma_f32_32x32x8f16(a, b, c, 0, 0, 0);
 #else
-    return c;  // host pass: never executed
+    (void)a, (void)b;
+    return no_mfma(c);
 #endif
   }
 };
@@ -57,9 +76,9 @@ template <>
 struct Ops<BFloat16> {
   using Operand = short __attribute__((ext_vector_type(4)));
   static FLASH_DEVICE Acc mma(Operand a, Operand b, Acc c) {
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx90a__)
+#if FLASH_MFMA_TARGET && defined(__gfx90a__)
     return __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, c, 0, 0, 0);
-#elif defined(__HIP_DEVICE_COMPILE__) && defined(__gfx908__)
+#elif FLASH_MFMA_TARGET && defined(__gfx908__)
     // gfx908 has no bf16 K=8 instruction; two K=4 steps. The K=4 layout puts k at
     // lane half k/2, element k%2; feeding elements {0,1} then {2,3} of the same
     // vectors pairs A and B elements identically, so the sum over k is unchanged.
@@ -68,10 +87,9 @@ struct Ops<BFloat16> {
     const Pair b_lo = {b[0], b[1]}, b_hi = {b[2], b[3]};
     c = __builtin_amdgcn_mfma_f32_32x32x4bf16(a_lo, b_lo, c, 0, 0, 0);
     return __builtin_amdgcn_mfma_f32_32x32x4bf16(a_hi, b_hi, c, 0, 0, 0);
-#elif defined(__HIP_DEVICE_COMPILE__)
-#error "MFMA kernels are built for gfx90a and gfx908 only"
 #else
-    return c;
+    (void)a, (void)b;
+    return no_mfma(c);
 #endif
   }
 };
