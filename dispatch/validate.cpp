@@ -75,6 +75,9 @@ struct TensorView {
              "strides are element counts and must be >= 0");
       if (extents[i] > 1) dims[n++] = {stride[i], extents[i], i};
     }
+    // An empty tensor has no two elements to overlap (torch reports e.g. {0, D, 0} for
+    // the bhsd strides of [B, H, 0, D]).
+    if (batch == 0 || seq == 0 || heads == 0) return;
     for (int i = 1; i < n; ++i)  // insertion sort of at most 3 entries
       for (int j = i; j > 0 && dims[j].stride < dims[j - 1].stride; --j) std::swap(dims[j], dims[j - 1]);
     int64_t covered = dim;  // the contiguous last dimension spans `dim` elements

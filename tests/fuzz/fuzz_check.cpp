@@ -39,7 +39,7 @@ using test::Layout;
 //  - validation checks the strides of empty tensors (seqlen or batch 0) for overlap
 //    and rejects e.g. the bhsd strides of a [B, H, 0, D] tensor: empty problems get
 //    packed layouts.
-constexpr bool kGapEmptyTensorStrides = true;
+constexpr bool kGapEmptyTensorStrides = false;
 //  - cpu backward: NaN in a k or v row reaches the gradients of rows that do not see
 //    it (0·NaN on masked entries): no non-finite injection in the backward.
 constexpr bool kGapBackwardMaskedNaN = true;
