@@ -38,9 +38,11 @@ struct KeyRange {
 FLASH_HOST_DEVICE KeyRange visible_keys(const KernelProblem& p, int64_t i) {
   const int64_t diag = i + p.seqlen_kv - p.seqlen_q;
   int64_t lo = 0, hi = p.seqlen_kv - 1;
+  // Compare distances (|hi - diag|, |diag - lo| <= seqlen_q + seqlen_kv): windows may be
+  // as large as INT64_MAX, and diag +- window would overflow.
   if (p.causal && diag < hi) hi = diag;
-  if (p.window_right >= 0 && diag + p.window_right < hi) hi = diag + p.window_right;
-  if (p.window_left >= 0 && diag - p.window_left > lo) lo = diag - p.window_left;
+  if (p.window_right >= 0 && p.window_right < hi - diag) hi = diag + p.window_right;
+  if (p.window_left >= 0 && p.window_left < diag - lo) lo = diag - p.window_left;
   return {lo, hi};
 }
 
@@ -56,10 +58,10 @@ FLASH_HOST_DEVICE RowRange rows_seeing(const KernelProblem& p, int64_t j0, int64
   // hi(i) >= j0  <=>  i >= j0 - shift - cap (j0 <= seqlen_kv - 1 always).
   if (p.causal || p.window_right >= 0) {
     const int64_t cap = p.causal ? 0 : p.window_right;  // window_right >= 0 never lowers 0
-    if (j0 - shift - cap > first) first = j0 - shift - cap;
+    if (cap < j0 - shift - first) first = j0 - shift - cap;  // no overflow for huge cap
   }
   // lo(i) <= j1  <=>  i + shift - window_left <= j1.
-  if (p.window_left >= 0 && j1 - shift + p.window_left < last) last = j1 - shift + p.window_left;
+  if (p.window_left >= 0 && p.window_left < last - (j1 - shift)) last = j1 - shift + p.window_left;
   return {first, last};
 }
 

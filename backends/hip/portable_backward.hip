@@ -10,8 +10,8 @@
 // delta = rowsum(dO ∘ O) is recomputed where needed instead of kept in a workspace, so
 // the backward allocates nothing. Softcap multiplies dS by 1 - tanh².
 // Tolerance class: f32 accumulation, inputs/outputs in the storage dtype.
-// Speed: none measured on AMD hardware (none reachable); see bench/RESULTS.md for the
-//   hip-on-cuda build on NVIDIA.
+// Speed: none measured on AMD hardware (none reachable). On NVIDIA it runs as the
+//   hip-on-cuda build, a correctness vehicle, not tuned there; nothing measured yet.
 // Run: FLASH_BACKEND=hip (AMD) or the hip-on-cuda build (backends/hip/README.md).
 #include "kernels.h"
 #include "portable_tiles.h"

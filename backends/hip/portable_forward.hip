@@ -7,8 +7,8 @@
 // its running sum by exp2(m_old - m_new) and adds p·V (online softmax, log2 domain).
 // Tiles outside the block's visible key range (causal, window) are skipped.
 // Tolerance class: f32 accumulation everywhere, inputs/outputs in the storage dtype.
-// Speed: none measured on AMD hardware (none reachable); on NVIDIA this runs as the
-//   hip-on-cuda build, see bench/RESULTS.md for what was measured there.
+// Speed: none measured on AMD hardware (none reachable). On NVIDIA it runs as the
+//   hip-on-cuda build, a correctness vehicle, not tuned there; nothing measured yet.
 // Run: FLASH_BACKEND=hip on a machine with an AMD GPU, or the hip-on-cuda build on
 //   NVIDIA (backends/hip/README.md).
 #include "kernels.h"
@@ -76,9 +76,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
       dot = gpu::group_sum<G>(dot);
       const int64_t key = t0 + j;
       s[j] = key >= mine.lo && key <= mine.hi ? logit_log2(p, dot) : -INFINITY;
-      tile_max = fmaxf(tile_max, s[j]);
+      tile_max = isnan(s[j]) || isnan(tile_max) ? NAN : fmaxf(tile_max, s[j]);
     }
-    const float m_new = fmaxf(m, tile_max);
+    // fmaxf drops NaN; a NaN score must poison the row (as the reference does).
+    const bool has_nan = isnan(tile_max) || isnan(m);
+    const float m_new = has_nan ? NAN : fmaxf(m, tile_max);
     if (m_new == -INFINITY) continue;               // nothing visible yet; no shuffles below
     const float alpha = gpu::fast_exp2(m - m_new);  // m = -inf gives 0
     l *= alpha;
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[n] * inv_l);
   }
   if (lse != nullptr && lane == 0)
-    lse[(b * p.heads_q + h) * p.seqlen_q + i] = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    lse[(b * p.heads_q + h) * p.seqlen_q + i] = l == 0.f ? -INFINITY : (m + log2f(l)) * kLn2;
 }
 
 template <class T>
