@@ -44,7 +44,7 @@ for backend in "${backends[@]}"; do
     extra=()
     case $tool in
       memcheck) extra=() ;;  # no --leak-check: the modules keep cached device buffers for the process lifetime by design
-      initcheck) extra=(--track-unused-memory no) ;;
+      initcheck) extra=() ;;
     esac
     log=$OUT/sanitize-$backend-$tool.log
     "$cs" --tool "$tool" --error-exitcode 9 "${extra[@]}" "$tests" --gtest_filter="$filter" \
