@@ -146,6 +146,9 @@ FLASH_DEVICE float group_sum(float v) {
 
 // exp2 with exp2(-inf) = 0, which masked scores rely on.
 FLASH_DEVICE float fast_exp2(float x) { return exp2f(x); }
+// NaN test that needs no <cmath> declaration on either compiler (x != x only for NaN;
+// nothing here is built with fast-math).
+FLASH_DEVICE bool is_nan(float x) { return x != x; }
 
 }  // namespace flash::hip::gpu
 

@@ -76,10 +76,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
       dot = gpu::group_sum<G>(dot);
       const int64_t key = t0 + j;
       s[j] = key >= mine.lo && key <= mine.hi ? logit_log2(p, dot) : -INFINITY;
-      tile_max = isnan(s[j]) || isnan(tile_max) ? NAN : fmaxf(tile_max, s[j]);
+      tile_max = gpu::is_nan(s[j]) || gpu::is_nan(tile_max) ? NAN : fmaxf(tile_max, s[j]);
     }
     // fmaxf drops NaN; a NaN score must poison the row (as the reference does).
-    const bool has_nan = isnan(tile_max) || isnan(m);
+    const bool has_nan = gpu::is_nan(tile_max) || gpu::is_nan(m);
     const float m_new = has_nan ? NAN : fmaxf(m, tile_max);
     if (m_new == -INFINITY) continue;               // nothing visible yet; no shuffles below
     const float alpha = gpu::fast_exp2(m - m_new);  // m = -inf gives 0
