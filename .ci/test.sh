@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash .ci/setup.sh
 # FLASHATTN_CI_CUDA_ARCHS (set by .ci/run): compile the CUDA module for fewer GPU
 # architectures than the default (80, 90 and PTX) to fit CI's time budget.
-bash .ci/build.sh ${FLASHATTN_CI_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$FLASHATTN_CI_CUDA_ARCHS}
+bash .ci/build.sh -DFLASHATTN_TESTS=ON ${FLASHATTN_CI_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$FLASHATTN_CI_CUDA_ARCHS}
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 rm -rf build/install build/examples
 cmake --install build --prefix build/install >/dev/null
