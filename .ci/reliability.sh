@@ -4,8 +4,9 @@
 #         backends; runs the test suite (filtered, see below) and the bad-input matrix
 #   fuzz  60 s of libFuzzer on tests/fuzz/fuzz_attention (uses the asan build)
 #   tsan  clang build with TSan; runs the concurrency test with OMP_NUM_THREADS=1
-#         (libgomp/libomp are not TSan-instrumented: their team synchronisation would
-#         be reported as races, so each call runs on its calling thread)
+#         (libomp is not TSan-instrumented: its team synchronisation is reported as
+#         races, so each call runs on its calling thread) and tests/reliability/
+#         tsan.supp (libomp's own allocator calls, which race even with one thread)
 # Usage: bash .ci/reliability.sh [asan] [fuzz] [tsan]      (default: all three)
 # Env: FUZZ_SECONDS (default 60), JOBS (default nproc), ASAN_FILTER (gtest filter of the
 # cross-backend suite under ASan; default: its cases up to ~130 rows, see below).
@@ -49,14 +50,15 @@ fi
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/reliability/ubsan.supp
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/reliability/tsan.supp
 
 if has asan || has fuzz; then
   # One build serves both: -fsanitize=fuzzer-no-link instruments everything for
   # libFuzzer's coverage; the tests link without libFuzzer's main.
   configure build-rel-asan address,undefined,fuzzer-no-link -DFLASHATTN_FUZZ=ON
   targets=(flashattn_reliability_tests)
-  has asan && targets+=(flashattn_tests flashattn_concurrency_test)
+  has asan && targets+=(flashattn_tests flashattn_concurrency_test flash_cpu_kernel_test
+                        flash_cpu_exp_test flash_cpu_target_test flash_cpu_determinism_test)
   has fuzz && targets+=(fuzz_attention)
   cmake --build build-rel-asan -j"$jobs" --target "${targets[@]}" >build-rel-asan/reliability-build.log 2>&1 ||
     { grep -B2 -A20 -m3 'error' build-rel-asan/reliability-build.log | head -80; exit 1; }
@@ -89,7 +91,7 @@ if has asan; then
   for name in flash_cpu_kernel_test flash_cpu_exp_test flash_cpu_target_test \
               flash_cpu_determinism_test; do
     t=$bin/cpu/$name
-    [ -x "$t" ] || continue
+    [ -x "$t" ] || { echo "reliability: $t missing"; exit 1; }
     "$t" --gtest_brief=1 >"build-rel-asan/reliability-$(basename "$t").log" 2>&1 ||
       { tail -40 "build-rel-asan/reliability-$(basename "$t").log"; exit 1; }
   done
