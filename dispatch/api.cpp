@@ -16,7 +16,8 @@ namespace {
 
 void raise_on_failure(int status, const detail::BackendSlot& slot, const flash_message& error) {
   if (status == FLASH_OK) return;
-  const std::string message = std::string("flash: backend ") + to_string(slot.id) + ": " + error.text;
+  const std::string message =
+      std::string("flash: backend ") + to_string(slot.id) + ": " + error.text;
   switch (status) {
     case FLASH_INVALID_ARGUMENT:
       throw Error(message, Error::Kind::invalid_argument);
@@ -70,20 +71,28 @@ std::vector<BackendInfo> backends() {
 
 const char* to_string(Backend backend) {
   switch (backend) {
-    case Backend::automatic: return "automatic";
-    case Backend::reference: return "reference";
-    case Backend::cpu: return "cpu";
-    case Backend::cuda: return "cuda";
-    case Backend::hip: return "hip";
+    case Backend::automatic:
+      return "automatic";
+    case Backend::reference:
+      return "reference";
+    case Backend::cpu:
+      return "cpu";
+    case Backend::cuda:
+      return "cuda";
+    case Backend::hip:
+      return "hip";
   }
   return "unknown";
 }
 
 const char* to_string(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
   }
   return "unknown";
 }

@@ -1,9 +1,8 @@
 // The C API: converts the C descriptor, calls the C++ API, catches everything.
-#include "flash/flash.h"
-
 #include <new>
 #include <string>
 
+#include "flash/flash.h"
 #include "flash/flash.hpp"
 
 namespace {
@@ -49,9 +48,12 @@ flash_status guarded(const flash_attention_desc* desc, Fn&& fn) {
   } catch (const flash::Error& e) {
     last_error = e.what();
     switch (e.kind()) {
-      case flash::Error::Kind::invalid_argument: return FLASH_STATUS_INVALID_ARGUMENT;
-      case flash::Error::Kind::unsupported: return FLASH_STATUS_UNSUPPORTED;
-      default: return FLASH_STATUS_RUNTIME_ERROR;
+      case flash::Error::Kind::invalid_argument:
+        return FLASH_STATUS_INVALID_ARGUMENT;
+      case flash::Error::Kind::unsupported:
+        return FLASH_STATUS_UNSUPPORTED;
+      default:
+        return FLASH_STATUS_RUNTIME_ERROR;
     }
   } catch (const std::bad_alloc&) {
     last_error = "flash: out of host memory";
@@ -86,9 +88,8 @@ flash_status flash_attention(const flash_attention_desc* desc, const void* q, co
 }
 
 flash_status flash_attention_backward(const flash_attention_desc* desc, const void* q,
-                                      const void* k, const void* v, const void* o,
-                                      const void* dout, const float* lse, void* dq, void* dk,
-                                      void* dv) {
+                                      const void* k, const void* v, const void* o, const void* dout,
+                                      const float* lse, void* dq, void* dk, void* dv) {
   return guarded(desc, [&](const flash::AttentionDesc& d) {
     flash::attention_backward(d, q, k, v, o, dout, lse, dq, dk, dv);
   });

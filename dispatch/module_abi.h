@@ -39,10 +39,10 @@ enum { FLASH_FORWARD = 0, FLASH_BACKWARD = 1 };
 /* A validated, fully resolved problem. Strides are in elements: [batch, seq, head]. */
 typedef struct flash_problem {
   int64_t batch, seqlen_q, seqlen_kv, heads_q, heads_kv, head_dim, head_dim_v;
-  int32_t dtype;  /* FLASH_F32 / FLASH_F16 / FLASH_BF16 */
-  int32_t causal; /* 0 or 1 */
-  float scale;    /* resolved: > 0 and finite */
-  float softcap;  /* 0 = off, else > 0 */
+  int32_t dtype;                     /* FLASH_F32 / FLASH_F16 / FLASH_BF16 */
+  int32_t causal;                    /* 0 or 1 */
+  float scale;                       /* resolved: > 0 and finite */
+  float softcap;                     /* 0 = off, else > 0 */
   int64_t window_left, window_right; /* -1 = unbounded */
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   float* lse; /* optional output [batch, heads_q, seqlen_q] */
@@ -54,7 +54,7 @@ typedef struct flash_message {
 } flash_message;
 
 typedef struct flash_backend_module {
-  int abi_version; /* FLASH_MODULE_ABI_VERSION */
+  int abi_version;  /* FLASH_MODULE_ABI_VERSION */
   const char* name; /* "cpu", "cuda", ... */
   /* 1 if usable on this machine; else 0 and reason says why. detail: device, ISA. */
   int (*probe)(flash_message* reason, flash_message* detail);
@@ -62,11 +62,11 @@ typedef struct flash_backend_module {
   int (*owns_pointer)(const void* p);
   /* One decision: FLASH_OK and the kernel's name, or FLASH_UNSUPPORTED and why. */
   int (*choose)(const flash_problem* problem, int direction, flash_message* kernel_or_reason);
-  int (*forward)(const flash_problem* problem, const void* q, const void* k, const void* v,
-                 void* o, flash_message* error);
+  int (*forward)(const flash_problem* problem, const void* q, const void* k, const void* v, void* o,
+                 flash_message* error);
   int (*backward)(const flash_problem* problem, const void* q, const void* k, const void* v,
-                  const void* o, const void* dout, const float* lse, void* dq, void* dk,
-                  void* dv, flash_message* error);
+                  const void* o, const void* dout, const float* lse, void* dq, void* dk, void* dv,
+                  flash_message* error);
 } flash_backend_module;
 
 /* Symbol every loadable module exports. */

@@ -39,8 +39,10 @@ void probe(BackendSlot& slot) {
   flash_message reason{}, detail{};
   slot.available = slot.module->probe(&reason, &detail) == 1;
   slot.reason = reason.text;
-  if (!slot.detail.empty() && detail.text[0]) slot.detail = std::string(detail.text) + "; " + slot.detail;
-  else if (detail.text[0]) slot.detail = detail.text;
+  if (!slot.detail.empty() && detail.text[0])
+    slot.detail = std::string(detail.text) + "; " + slot.detail;
+  else if (detail.text[0])
+    slot.detail = detail.text;
 }
 
 BackendSlot builtin(Backend id, const flash_backend_module* module) {
@@ -66,8 +68,8 @@ BackendSlot load_module(Backend id, const std::string& name) {
         errors += std::string("; ") + err;
       continue;
     }
-    auto entry = reinterpret_cast<flash_backend_module_entry>(
-        dlsym(handle, FLASH_MODULE_ENTRY_SYMBOL));
+    auto entry =
+        reinterpret_cast<flash_backend_module_entry>(dlsym(handle, FLASH_MODULE_ENTRY_SYMBOL));
     const flash_backend_module* module = entry ? entry() : nullptr;
     if (!module || module->abi_version != FLASH_MODULE_ABI_VERSION) {
       slot.reason = path + " is not a compatible flashattn backend module (ABI version " +

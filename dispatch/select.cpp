@@ -57,9 +57,9 @@ Selection select_backend(Backend in_desc, const flash_problem& problem, const vo
   if (request.backend != Backend::automatic) why = "requested by " + request.origin;
 
   if (!chosen.available)
-    throw Error(request.origin + ": backend " + to_string(chosen.id) + " is unavailable: " +
-                    chosen.reason,
-                Error::Kind::unsupported);
+    throw Error(
+        request.origin + ": backend " + to_string(chosen.id) + " is unavailable: " + chosen.reason,
+        Error::Kind::unsupported);
 
   flash_message decision{};
   const int status = chosen.module->choose(&problem, direction, &decision);

@@ -79,7 +79,8 @@ struct TensorView {
     // the bhsd strides of [B, H, 0, D]).
     if (batch == 0 || seq == 0 || heads == 0) return;
     for (int i = 1; i < n; ++i)  // insertion sort of at most 3 entries
-      for (int j = i; j > 0 && dims[j].stride < dims[j - 1].stride; --j) std::swap(dims[j], dims[j - 1]);
+      for (int j = i; j > 0 && dims[j].stride < dims[j - 1].stride; --j)
+        std::swap(dims[j], dims[j - 1]);
     int64_t covered = dim;  // the contiguous last dimension spans `dim` elements
     for (int i = 0; i < n; ++i) {
       if (dims[i].stride < covered)
@@ -113,8 +114,8 @@ void require_pointer(const void* p, const TensorView& t, int32_t dtype) {
   if (address % dtype_bytes(dtype) != 0) {
     std::ostringstream s;
     s << p;
-    fail(t.name, s.str(), "must be aligned to its element size (" +
-                              std::to_string(dtype_bytes(dtype)) + " bytes)");
+    fail(t.name, s.str(),
+         "must be aligned to its element size (" + std::to_string(dtype_bytes(dtype)) + " bytes)");
   }
 }
 
@@ -177,8 +178,8 @@ flash_problem validate_common(const AttentionDesc& d) {
   p.head_dim_v = d.head_dim_v == 0 ? d.head_dim : d.head_dim_v;
   p.dtype = dtype;
   p.causal = d.causal ? 1 : 0;
-  p.scale = d.scale == 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim)))
-                         : d.scale;
+  p.scale =
+      d.scale == 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.head_dim))) : d.scale;
   p.softcap = d.softcap;
   p.window_left = d.window_left;
   p.window_right = d.window_right;
@@ -234,7 +235,10 @@ flash_problem validate_forward(const AttentionDesc& desc, const ForwardArgs& a) 
         checked_mul(checked_mul(checked_mul(p.batch, p.heads_q, "lse"), p.seqlen_q, "lse"),
                     static_cast<int64_t>(sizeof(float)), "lse");
     const auto lse_begin = reinterpret_cast<uintptr_t>(p.lse);
-    const Range with_lse[] = {all[0], all[1], all[2], all[3],
+    const Range with_lse[] = {all[0],
+                              all[1],
+                              all[2],
+                              all[3],
                               {"lse", lse_begin, lse_begin + static_cast<uintptr_t>(lse_bytes)}};
     check_no_overlap(with_lse + 4, 1, with_lse, 5);
     check_no_overlap(with_lse + 3, 1, with_lse, 5);
@@ -265,12 +269,16 @@ flash_problem validate_backward(const AttentionDesc& desc, const BackwardArgs& a
   if (reinterpret_cast<uintptr_t>(a.lse) % alignof(float) != 0)
     fail("lse", "a misaligned pointer", "must be aligned to 4 bytes (f32)");
   const auto lse_begin = reinterpret_cast<uintptr_t>(a.lse);
-  const Range all[] = {range_of(a.dq, dq, p.dtype),  range_of(a.dk, dk, p.dtype),
-                       range_of(a.dv, dv, p.dtype),  range_of(a.q, t.q, p.dtype),
-                       range_of(a.k, t.k, p.dtype),  range_of(a.v, t.v, p.dtype),
-                       range_of(a.o, t.o, p.dtype),  range_of(a.dout, dout, p.dtype),
-                       {"lse", lse_begin,
-                        lse_begin + static_cast<uintptr_t>(checked_mul(lse_count, 4, "lse"))}};
+  const Range all[] = {
+      range_of(a.dq, dq, p.dtype),
+      range_of(a.dk, dk, p.dtype),
+      range_of(a.dv, dv, p.dtype),
+      range_of(a.q, t.q, p.dtype),
+      range_of(a.k, t.k, p.dtype),
+      range_of(a.v, t.v, p.dtype),
+      range_of(a.o, t.o, p.dtype),
+      range_of(a.dout, dout, p.dtype),
+      {"lse", lse_begin, lse_begin + static_cast<uintptr_t>(checked_mul(lse_count, 4, "lse"))}};
   check_no_overlap(all, 3, all, 9);
   return p;
 }

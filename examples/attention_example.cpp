@@ -5,10 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <flash/flash.hpp>
 #include <random>
 #include <vector>
-
-#include <flash/flash.hpp>
 
 #include "naive_attention.hpp"
 
@@ -36,11 +35,12 @@ int main() {
   const NaiveResult expected = naive_attention(desc, q, k, v);
 
   std::printf("libflashattn %s: B=2 Sq=77 Sk=129 Hq=4 Hkv=2 D=64 causal f32\n", flash::version());
-  std::printf("%-10s %-10s %12s %14s  %s\n", "backend", "status", "time (ms)", "max error", "detail");
+  std::printf("%-10s %-10s %12s %14s  %s\n", "backend", "status", "time (ms)", "max error",
+              "detail");
   for (const flash::BackendInfo& info : flash::backends()) {
     if (!info.available) {
-      std::printf("%-10s %-10s %12s %14s  %s\n", flash::to_string(info.backend), "unavailable",
-                  "-", "-", info.reason.c_str());
+      std::printf("%-10s %-10s %12s %14s  %s\n", flash::to_string(info.backend), "unavailable", "-",
+                  "-", info.reason.c_str());
       continue;
     }
     desc.backend = info.backend;
@@ -50,11 +50,13 @@ int main() {
       const auto start = std::chrono::steady_clock::now();
       flash::attention(desc, q.data(), k.data(), v.data(), o.data());
       const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       double error = 0;
-      for (size_t i = 0; i < o.size(); ++i) error = std::max(error, std::fabs(o[i] - expected.o[i]));
-      std::printf("%-10s %-10s %12.3f %14.3g  %s\n", flash::to_string(info.backend), "ok", ms, error,
-                  info.detail.c_str());
+      for (size_t i = 0; i < o.size(); ++i)
+        error = std::max(error, std::fabs(o[i] - expected.o[i]));
+      std::printf("%-10s %-10s %12.3f %14.3g  %s\n", flash::to_string(info.backend), "ok", ms,
+                  error, info.detail.c_str());
     } catch (const flash::Error& e) {
       std::printf("%-10s %-10s %12s %14s  %s\n", flash::to_string(info.backend), "error", "-", "-",
                   e.what());

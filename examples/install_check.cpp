@@ -9,12 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <flash/flash.hpp>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <flash/flash.hpp>
 
 #include "naive_attention.hpp"
 
@@ -161,22 +160,29 @@ int main() {
     cuda_available |= info.backend == flash::Backend::cuda && info.available;
   if (!cuda_available) {
     setenv("FLASH_BACKEND", "cuda", 1);
-    expect_error("FLASH_BACKEND=cuda without a GPU", [&] { run(d); }, "cuda");
+    expect_error(
+        "FLASH_BACKEND=cuda without a GPU", [&] { run(d); }, "cuda");
   }
   setenv("FLASH_BACKEND", "bogus", 1);
-  expect_error("FLASH_BACKEND=bogus", [&] { run(d); }, "bogus");
+  expect_error(
+      "FLASH_BACKEND=bogus", [&] { run(d); }, "bogus");
   unsetenv("FLASH_BACKEND");
   flash::AttentionDesc bad = d;
   bad.heads_q = 3;
   bad.heads_kv = 2;
-  expect_error("heads_q % heads_kv != 0", [&] { run(bad); }, "heads_q");
+  expect_error(
+      "heads_q % heads_kv != 0", [&] { run(bad); }, "heads_q");
   bad = d;
   bad.head_dim = 0;
-  expect_error("head_dim 0", [&] { run(bad); }, "head_dim");
+  expect_error(
+      "head_dim 0", [&] { run(bad); }, "head_dim");
   bad = d;
   bad.seqlen_q = -1;
-  expect_error("negative seqlen", [&] { run(bad); }, "seqlen_q");
-  expect_error("null pointer", [&] { flash::attention(d, nullptr, buf.data(), buf.data(), out.data()); }, "q");
+  expect_error(
+      "negative seqlen", [&] { run(bad); }, "seqlen_q");
+  expect_error(
+      "null pointer", [&] { flash::attention(d, nullptr, buf.data(), buf.data(), out.data()); },
+      "q");
 
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

@@ -4,10 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <flash/flash.hpp>
 #include <limits>
 #include <vector>
-
-#include <flash/flash.hpp>
 
 struct NaiveResult {
   std::vector<double> o, lse;

@@ -67,9 +67,12 @@ uint16_t float_to_f16(float value) {
 
 double load(const void* base, int32_t dtype, int64_t index) {
   switch (dtype) {
-    case FLASH_F32: return static_cast<const float*>(base)[index];
-    case FLASH_F16: return f16_to_float(static_cast<const uint16_t*>(base)[index]);
-    default: return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case FLASH_F32:
+      return static_cast<const float*>(base)[index];
+    case FLASH_F16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[index]);
+    default:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
   }
 }
 
@@ -78,18 +81,27 @@ void store(void* base, int32_t dtype, int64_t index, double value) {
   // except in pathological double-rounding ties, which random data never hits.
   const float f = static_cast<float>(value);
   switch (dtype) {
-    case FLASH_F32: static_cast<float*>(base)[index] = f; break;
-    case FLASH_F16: static_cast<uint16_t*>(base)[index] = float_to_f16(f); break;
-    default: static_cast<uint16_t*>(base)[index] = float_to_bf16(f); break;
+    case FLASH_F32:
+      static_cast<float*>(base)[index] = f;
+      break;
+    case FLASH_F16:
+      static_cast<uint16_t*>(base)[index] = float_to_f16(f);
+      break;
+    default:
+      static_cast<uint16_t*>(base)[index] = float_to_bf16(f);
+      break;
   }
 }
 
 double round_to(int32_t dtype, double value) {
   const float f = static_cast<float>(value);
   switch (dtype) {
-    case FLASH_F32: return f;
-    case FLASH_F16: return f16_to_float(float_to_f16(f));
-    default: return bf16_to_float(float_to_bf16(f));
+    case FLASH_F32:
+      return f;
+    case FLASH_F16:
+      return f16_to_float(float_to_f16(f));
+    default:
+      return bf16_to_float(float_to_bf16(f));
   }
 }
 

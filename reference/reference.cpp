@@ -17,8 +17,8 @@ int64_t at(const int64_t* stride, int64_t b, int64_t s, int64_t h) {
 // Scores of one query row against every key, after scale and softcap; the row's
 // softmax statistics. Masked keys are flagged invisible.
 struct Row {
-  std::vector<double> score;  // s_j (only meaningful where seen[j])
-  std::vector<double> tanh_u; // tanh(u_j / softcap), for the softcap derivative
+  std::vector<double> score;   // s_j (only meaningful where seen[j])
+  std::vector<double> tanh_u;  // tanh(u_j / softcap), for the softcap derivative
   std::vector<char> seen;
   double max = -std::numeric_limits<double>::infinity();
   double sum = 0;  // sum_j exp(s_j - max)
@@ -31,9 +31,7 @@ struct Row {
   double lse() const {
     return empty() ? -std::numeric_limits<double>::infinity() : max + std::log(sum);
   }
-  double prob(int64_t j) const {
-    return seen[j] && !empty() ? std::exp(score[j] - lse()) : 0.0;
-  }
+  double prob(int64_t j) const { return seen[j] && !empty() ? std::exp(score[j] - lse()) : 0.0; }
 };
 
 Row score_row(const flash_problem& p, const void* q, const void* k, int64_t b, int64_t h,

@@ -44,8 +44,7 @@ struct ReferenceBackend {
   }
 
   static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
-                       const void*, const void* dout, const float*, void* dq, void* dk,
-                       void* dv) {
+                       const void*, const void* dout, const float*, void* dq, void* dk, void* dv) {
     const reference::BackwardResult r = reference::backward(p, q, k, v, dout);
     store_tensor(r.dq, dq, p.dtype, p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
     store_tensor(r.dk, dk, p.dtype, p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);

@@ -33,11 +33,19 @@ int flash_c_check_bad(int which) {
   desc.seqlen_kv = 2;
   desc.head_dim = 4;
   switch (which) {
-    case 0: desc.head_dim = 0; break;
-    case 1: desc.dtype = 9; break;
-    case 2: desc.backend = 17; break;
-    case 3: return flash_attention(NULL, buffer, buffer, buffer, buffer + 32);
-    default: return flash_attention(&desc, NULL, buffer, buffer, buffer + 32);
+    case 0:
+      desc.head_dim = 0;
+      break;
+    case 1:
+      desc.dtype = 9;
+      break;
+    case 2:
+      desc.backend = 17;
+      break;
+    case 3:
+      return flash_attention(NULL, buffer, buffer, buffer, buffer + 32);
+    default:
+      return flash_attention(&desc, NULL, buffer, buffer, buffer + 32);
   }
   return flash_attention(&desc, buffer, buffer, buffer, buffer + 32);
 }

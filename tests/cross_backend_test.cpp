@@ -48,10 +48,10 @@ std::string run_on(const Target& target, Fn&& fn) {
   }
 }
 
-#define RUN_OR_SKIP(target, body)                                    \
-  do {                                                               \
-    const std::string why_not = run_on(target, [&] { body; });       \
-    if (!why_not.empty()) GTEST_SKIP() << why_not;                   \
+#define RUN_OR_SKIP(target, body)                              \
+  do {                                                         \
+    const std::string why_not = run_on(target, [&] { body; }); \
+    if (!why_not.empty()) GTEST_SKIP() << why_not;             \
   } while (0)
 
 class Forward : public testing::TestWithParam<Param> {};
@@ -63,7 +63,8 @@ TEST_P(Forward, MatchesReference) {
   const Prepared& in = prepare(forward_cases()[index], dtype, false);
   HostTensor o = in.o;  // a fresh output buffer with the case's layout
   o.poison();
-  std::vector<float> lse = poisoned_lse(in.problem.batch * in.problem.heads_q * in.problem.seqlen_q);
+  std::vector<float> lse =
+      poisoned_lse(in.problem.batch * in.problem.heads_q * in.problem.seqlen_q);
   AttentionDesc desc = in.desc;
   desc.backend = target.backend;
   desc.lse = lse.data();
@@ -88,11 +89,11 @@ TEST_P(Backward, MatchesReference) {
   dv.poison();
   AttentionDesc desc = in.desc;
   desc.backend = target.backend;
-  RUN_OR_SKIP(target, attention_backward(desc, in.q.data(), in.k.data(), in.v.data(), in.o.data(),
-                                         in.dout.data(), in.lse.data(), dq.data(), dk.data(),
-                                         dv.data()));
-  const double scale = std::max({magnitude(in.ref_grad.dq), magnitude(in.ref_grad.dk),
-                                 magnitude(in.ref_grad.dv)});
+  RUN_OR_SKIP(target,
+              attention_backward(desc, in.q.data(), in.k.data(), in.v.data(), in.o.data(),
+                                 in.dout.data(), in.lse.data(), dq.data(), dk.data(), dv.data()));
+  const double scale =
+      std::max({magnitude(in.ref_grad.dq), magnitude(in.ref_grad.dk), magnitude(in.ref_grad.dv)});
   const Verdict vq = compare("dq", dq.to_packed(), in.ref_grad.dq, in.naive_grad.dq, dtype, scale);
   const Verdict vk = compare("dk", dk.to_packed(), in.ref_grad.dk, in.naive_grad.dk, dtype, scale);
   const Verdict vv = compare("dv", dv.to_packed(), in.ref_grad.dv, in.naive_grad.dv, dtype, scale);
@@ -127,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(All, Backward,
 TEST(Tolerance, RejectsAPerturbedOutput) {
   const Prepared& in = prepare(forward_cases()[1], DType::bf16, false);
   std::vector<double> perturbed = in.ref.o;
-  perturbed[perturbed.size() / 2] += 4 * compare("o", in.naive.o, in.ref.o, in.naive.o, DType::bf16).bound;
+  perturbed[perturbed.size() / 2] +=
+      4 * compare("o", in.naive.o, in.ref.o, in.naive.o, DType::bf16).bound;
   EXPECT_FALSE(compare("o", perturbed, in.ref.o, in.naive.o, DType::bf16).pass);
   std::vector<double> with_nan = in.ref.o;
   with_nan[0] = std::numeric_limits<double>::quiet_NaN();

@@ -90,8 +90,9 @@ TEST(Dispatch, AnUnavailableRequestedBackendIsAnErrorNamingIt) {
       Small s;
       if (!by_env) s.desc.backend = b;
       const std::string message = error_of(s);
-      EXPECT_NE(message.find(std::string(by_env ? "FLASH_BACKEND=" : "desc.backend=") + to_string(b)),
-                std::string::npos)
+      EXPECT_NE(
+          message.find(std::string(by_env ? "FLASH_BACKEND=" : "desc.backend=") + to_string(b)),
+          std::string::npos)
           << message;
       EXPECT_NE(message.find(i.reason), std::string::npos) << message;
     }

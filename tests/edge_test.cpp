@@ -57,9 +57,13 @@ TEST_P(Edge, NoKeysGiveZeroOutputAndMinusInfinityLse) {
     o.poison();
     std::vector<float> lse = poisoned_lse(8);
     d.lse = lse.data();
-    on_target([&] { attention(d, q.data(), empty_kv ? nullptr : k.data(), empty_kv ? nullptr : v.data(), o.data()); });
+    on_target([&] {
+      attention(d, q.data(), empty_kv ? nullptr : k.data(), empty_kv ? nullptr : v.data(),
+                o.data());
+    });
     for (int64_t h = 0; h < 2; ++h) {
-      for (int64_t dd = 0; dd < 64; ++dd) EXPECT_EQ(o.get(0, 0, h, dd), 0.0) << "empty_kv=" << empty_kv;
+      for (int64_t dd = 0; dd < 64; ++dd)
+        EXPECT_EQ(o.get(0, 0, h, dd), 0.0) << "empty_kv=" << empty_kv;
       EXPECT_TRUE(std::isinf(lse[h * 4]) && lse[h * 4] < 0) << lse[h * 4];
     }
   }

@@ -1,11 +1,12 @@
 // The oracle's own tests: closed forms, and the backward against central finite
 // differences of the forward, all in double.
+#include "reference/reference.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "reference/dtype.hpp"
-#include "reference/reference.hpp"
 #include "support/cases.hpp"
 
 namespace flash::test {

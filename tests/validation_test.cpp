@@ -71,11 +71,20 @@ const BadInput kBadInputs[] = {
     {"null q", [](Buffers&, const void*& q, auto&) { q = nullptr; }, "q = nullptr"},
     {"null o", [](Buffers&, auto&, void*& o) { o = nullptr; }, "o = nullptr"},
     {"negative stride",
-     [](Buffers& b, auto&, auto&) { b.desc.k_stride = {96, -16, 8}; }, "k_stride"},
+     [](Buffers& b, auto&, auto&) {
+       b.desc.k_stride = {96, -16, 8};
+     },
+     "k_stride"},
     {"head stride smaller than head_dim",
-     [](Buffers& b, auto&, auto&) { b.desc.q_stride = {128, 32, 4}; }, "q_stride.head"},
+     [](Buffers& b, auto&, auto&) {
+       b.desc.q_stride = {128, 32, 4};
+     },
+     "q_stride.head"},
     {"seq stride overlapping heads",
-     [](Buffers& b, auto&, auto&) { b.desc.o_stride = {128, 16, 8}; }, "o_stride.seq"},
+     [](Buffers& b, auto&, auto&) {
+       b.desc.o_stride = {128, 16, 8};
+     },
+     "o_stride.seq"},
     {"o overlaps q", [](Buffers& b, auto&, void*& o) { o = b.q.data(); }, "overlapping q"},
 };
 
@@ -109,8 +118,8 @@ TEST(Validation, BackwardNeedsLseAndGradientPointers) {
   HostTensor dq = b.q, dk = b.k, dv = b.v, dout = b.o;
   std::vector<float> lse(2 * 4 * 4, 0.f);
   auto run = [&](const float* l, void* dqp) {
-    attention_backward(b.desc, b.q.data(), b.k.data(), b.v.data(), b.o.data(), dout.data(), l,
-                       dqp, dk.data(), dv.data());
+    attention_backward(b.desc, b.q.data(), b.k.data(), b.v.data(), b.o.data(), dout.data(), l, dqp,
+                       dk.data(), dv.data());
   };
   EXPECT_THROW(run(nullptr, dq.data()), Error);
   EXPECT_THROW(run(lse.data(), nullptr), Error);

@@ -24,7 +24,11 @@ typedef enum flash_status {
   FLASH_STATUS_INTERNAL_ERROR = 4    /* a bug: please report it */
 } flash_status;
 
-typedef enum flash_dtype { FLASH_DTYPE_F32 = 0, FLASH_DTYPE_F16 = 1, FLASH_DTYPE_BF16 = 2 } flash_dtype;
+typedef enum flash_dtype {
+  FLASH_DTYPE_F32 = 0,
+  FLASH_DTYPE_F16 = 1,
+  FLASH_DTYPE_BF16 = 2
+} flash_dtype;
 
 typedef enum flash_backend {
   FLASH_BACKEND_AUTOMATIC = 0,
@@ -40,9 +44,9 @@ typedef struct flash_strides {
 
 typedef struct flash_attention_desc {
   int64_t batch, seqlen_q, seqlen_kv, heads_q, heads_kv, head_dim, head_dim_v;
-  int32_t dtype;   /* flash_dtype */
-  float scale;     /* 0 = 1/sqrt(head_dim) */
-  int32_t causal;  /* 0 or 1 */
+  int32_t dtype;                     /* flash_dtype */
+  float scale;                       /* 0 = 1/sqrt(head_dim) */
+  int32_t causal;                    /* 0 or 1 */
   int64_t window_left, window_right; /* -1 = unbounded */
   float softcap;                     /* 0 = off */
   flash_strides q_stride, k_stride, v_stride, o_stride;
@@ -57,10 +61,10 @@ FLASH_C_API void flash_desc_init(flash_attention_desc* desc);
 FLASH_C_API flash_status flash_attention(const flash_attention_desc* desc, const void* q,
                                          const void* k, const void* v, void* o);
 
-FLASH_C_API flash_status flash_attention_backward(const flash_attention_desc* desc,
-                                                  const void* q, const void* k, const void* v,
-                                                  const void* o, const void* dout,
-                                                  const float* lse, void* dq, void* dk, void* dv);
+FLASH_C_API flash_status flash_attention_backward(const flash_attention_desc* desc, const void* q,
+                                                  const void* k, const void* v, const void* o,
+                                                  const void* dout, const float* lse, void* dq,
+                                                  void* dk, void* dv);
 
 /* Message of the last failed call on this thread ("" if none). Valid until the next
  * call on this thread. */

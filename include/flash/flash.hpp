@@ -71,13 +71,13 @@ class FLASH_API Error : public std::runtime_error {
 
 // Forward. Rows that see no key get o = 0 and lse = -inf. seqlen_q = 0 is a no-op.
 FLASH_API void attention(const AttentionDesc& desc, const void* q, const void* k, const void* v,
-               void* o);
+                         void* o);
 
 // Backward. lse is the forward's (natural log). dk/dv are summed over the query
 // heads that share a KV head.
 FLASH_API void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
-                        const void* v, const void* o, const void* dout, const float* lse,
-                        void* dq, void* dk, void* dv);
+                                  const void* v, const void* o, const void* dout, const float* lse,
+                                  void* dq, void* dk, void* dv);
 
 struct BackendInfo {
   Backend backend;
@@ -95,8 +95,7 @@ struct Plan {
   std::string kernel;
   std::string reason;
 };
-FLASH_API Plan explain(const AttentionDesc& desc, bool backward = false,
-                       const void* q = nullptr);
+FLASH_API Plan explain(const AttentionDesc& desc, bool backward = false, const void* q = nullptr);
 
 // Every backend this build knows, available or not.
 FLASH_API std::vector<BackendInfo> backends();

@@ -12,7 +12,8 @@ namespace flash::test {
 // head_dim 1, 8, 40, 64, 96, 128, 256 (+160/192 for the GPU set); every mask kind.
 const std::vector<Case>& forward_cases() {
   static const std::vector<Case> cases = {
-      // name                      B  Sq    Sk    Hq Hkv D    Dv   causal wl  wr  cap scale layout amp
+      // name                      B  Sq    Sk    Hq Hkv D    Dv   causal wl  wr  cap scale layout
+      // amp
       {"s1x1_d64", 1, 1, 1, 1, 1, 64, 64},
       {"s17x113_d64_gqa2_causal", 1, 17, 113, 4, 2, 64, 64, true},
       {"s113x17_d64_causal_emptyrows", 1, 113, 17, 2, 2, 64, 64, true},
@@ -132,10 +133,9 @@ std::unique_ptr<Prepared> build(const Case& c, DType dtype, bool backward) {
         for (int64_t e = 0; e < dv; ++e)
           p->o.set(b, s, h, e, p->ref.o[((b * c.seqlen_q + s) * c.heads_q + h) * dv + e]);
   p->lse.assign(p->ref.lse.begin(), p->ref.lse.end());
-  p->ref_grad = reference::backward(p->problem, p->q.data(), p->k.data(), p->v.data(),
-                                    p->dout.data());
-  p->naive_grad = naive_backward(p->problem, p->q.data(), p->k.data(), p->v.data(),
-                                 p->dout.data());
+  p->ref_grad =
+      reference::backward(p->problem, p->q.data(), p->k.data(), p->v.data(), p->dout.data());
+  p->naive_grad = naive_backward(p->problem, p->q.data(), p->k.data(), p->v.data(), p->dout.data());
   return p;
 }
 

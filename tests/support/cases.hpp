@@ -8,8 +8,8 @@
 
 #include "dispatch/module_abi.h"
 #include "flash/flash.hpp"
-#include "reference/reference.hpp"
 #include "naive.hpp"
+#include "reference/reference.hpp"
 #include "tensor.hpp"
 
 namespace flash::test {
@@ -30,8 +30,8 @@ const std::vector<Case>& backward_cases();
 
 // Inputs of a case and the reference / naive-in-dtype results for them.
 struct Prepared {
-  AttentionDesc desc;         // lse left null: the test supplies its own buffer
-  flash_problem problem{};    // the same problem, resolved, for the reference
+  AttentionDesc desc;           // lse left null: the test supplies its own buffer
+  flash_problem problem{};      // the same problem, resolved, for the reference
   HostTensor q, k, v, o, dout;  // o: forward output layout; in backward, o = reference o
   std::vector<float> lse;       // backward input: reference lse in f32
   reference::ForwardResult ref, naive;

@@ -8,9 +8,12 @@ namespace flash::test {
 
 double relative_epsilon(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 1e-6;
-    case DType::f16: return 1e-4;
-    case DType::bf16: return 1e-3;
+    case DType::f32:
+      return 1e-6;
+    case DType::f16:
+      return 1e-4;
+    case DType::bf16:
+      return 1e-3;
   }
   return 0;
 }
@@ -65,7 +68,7 @@ Verdict compare(const std::string& what, const std::vector<double>& got,
   v.bound = 2 * v.naive_error + relative_epsilon(dtype) * scale + 1e-30;
   v.pass = mismatch < 0 && v.error <= v.bound;
   out << what << ": max error " << v.error << " vs bound " << v.bound << " (2 x naive "
-      << v.naive_error << " + eps; " << static_cast<int>(100 * v.share()) << "% used)";
+      << v.naive_error << " + eps; " << static_cast<long long>(std::min(100 * v.share(), 1e15)) << "% used)";
   if (mismatch >= 0)
     out << "; element " << mismatch << " is " << got[mismatch] << ", reference " << ref[mismatch];
   else if (!v.pass)

@@ -53,7 +53,8 @@ NaiveRow naive_row(const flash_problem& p, const void* q, const void* k, int64_t
   row.lse = max + std::log(sum);
   for (int64_t j = 0; j < p.seqlen_kv; ++j)
     if (seen[j])
-      row.prob[j] = static_cast<float>(reference::round_to(p.dtype, std::exp(score[j] - max) / sum));
+      row.prob[j] =
+          static_cast<float>(reference::round_to(p.dtype, std::exp(score[j] - max) / sum));
   return row;
 }
 
@@ -76,11 +77,12 @@ reference::ForwardResult naive_forward(const flash_problem& p, const void* q, co
         for (int64_t j = 0; j < p.seqlen_kv; ++j) {
           if (row.prob[j] == 0.f) continue;
           for (int64_t d = 0; d < dv; ++d)
-            acc[d] += row.prob[j] *
-                      static_cast<float>(reference::load(v, p.dtype, at(p.v_stride, b, j, kvh) + d));
+            acc[d] += row.prob[j] * static_cast<float>(
+                                        reference::load(v, p.dtype, at(p.v_stride, b, j, kvh) + d));
         }
         for (int64_t d = 0; d < dv; ++d)
-          r.o[((b * p.seqlen_q + i) * p.heads_q + h) * dv + d] = reference::round_to(p.dtype, acc[d]);
+          r.o[((b * p.seqlen_q + i) * p.heads_q + h) * dv + d] =
+              reference::round_to(p.dtype, acc[d]);
       }
     }
   return r;
@@ -120,7 +122,8 @@ reference::BackwardResult naive_backward(const flash_problem& p, const void* q, 
           float* dq = &dq_acc[((b * p.seqlen_q + i) * p.heads_q + h) * dqk];
           for (int64_t d = 0; d < dqk; ++d) {
             dq[d] += ds * static_cast<float>(reference::load(k, p.dtype, kj + d));
-            dk_acc[packed_kv * dqk + d] += ds * static_cast<float>(reference::load(q, p.dtype, qi + d));
+            dk_acc[packed_kv * dqk + d] +=
+                ds * static_cast<float>(reference::load(q, p.dtype, qi + d));
           }
           for (int64_t d = 0; d < dv; ++d)
             dv_acc[packed_kv * dv + d] +=

@@ -20,9 +20,12 @@ int64_t bytes_of(DType d) { return d == DType::f32 ? 4 : 2; }
 
 const char* to_string(Layout layout) {
   switch (layout) {
-    case Layout::packed: return "packed";
-    case Layout::bhsd: return "bhsd";
-    case Layout::padded: return "padded";
+    case Layout::packed:
+      return "packed";
+    case Layout::bhsd:
+      return "bhsd";
+    case Layout::padded:
+      return "padded";
   }
   return "?";
 }

@@ -24,8 +24,8 @@ const char* to_string(Layout layout);
 struct HostTensor {
   DType dtype = DType::f32;
   int64_t batch = 0, seq = 0, heads = 0, dim = 0;
-  Strides stride;             // what goes into the descriptor (zero for packed)
-  int64_t resolved[3] = {};   // actual element strides
+  Strides stride;                 // what goes into the descriptor (zero for packed)
+  int64_t resolved[3] = {};       // actual element strides
   std::vector<uint64_t> storage;  // 8-byte aligned backing store
   int64_t capacity_ = 0;
 
