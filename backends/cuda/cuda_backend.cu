@@ -258,6 +258,22 @@ void dispatch_backward(int dim, const BwdParams& b, int batch, cudaStream_t stre
 
 }  // namespace
 
+// Shape, strides, scale, softcap and mask of the kernel parameters (pointers are
+// filled by the caller): shared by the forward and the backward.
+void fill_shape(FwdParams& f, const flash_problem& p) {
+  fill_strides(f.q_stride, p.q_stride);
+  fill_strides(f.k_stride, p.k_stride);
+  fill_strides(f.v_stride, p.v_stride);
+  fill_strides(f.o_stride, p.o_stride);
+  f.heads_q = static_cast<int>(p.heads_q);
+  f.group = static_cast<int>(p.heads_q / p.heads_kv);
+  f.head_dim = static_cast<int>(p.head_dim);
+  f.head_dim_v = static_cast<int>(p.head_dim_v);
+  f.scale = p.scale;
+  f.softcap = p.softcap;
+  f.mask = make_mask(p);
+}
+
 struct CudaBackend {
   static const char* name() { return "cuda"; }
 
@@ -356,17 +372,7 @@ struct CudaBackend {
       f.o = slots[3];
       f.lse = static_cast<float*>(slots[4]);
     }
-    fill_strides(f.q_stride, p.q_stride);
-    fill_strides(f.k_stride, p.k_stride);
-    fill_strides(f.v_stride, p.v_stride);
-    fill_strides(f.o_stride, p.o_stride);
-    f.heads_q = static_cast<int>(p.heads_q);
-    f.group = static_cast<int>(p.heads_q / p.heads_kv);
-    f.head_dim = static_cast<int>(p.head_dim);
-    f.head_dim_v = static_cast<int>(p.head_dim_v);
-    f.scale = p.scale;
-    f.softcap = p.softcap;
-    f.mask = make_mask(p);
+    fill_shape(f, p);
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
     switch (p.dtype) {
@@ -435,17 +441,7 @@ struct CudaBackend {
     b.dq = dev[6];
     b.dk = dev[7];
     b.dv = dev[8];
-    fill_strides(f.q_stride, p.q_stride);
-    fill_strides(f.k_stride, p.k_stride);
-    fill_strides(f.v_stride, p.v_stride);
-    fill_strides(f.o_stride, p.o_stride);
-    f.heads_q = static_cast<int>(p.heads_q);
-    f.group = static_cast<int>(p.heads_q / p.heads_kv);
-    f.head_dim = static_cast<int>(p.head_dim);
-    f.head_dim_v = static_cast<int>(p.head_dim_v);
-    f.scale = p.scale;
-    f.softcap = p.softcap;
-    f.mask = make_mask(p);
+    fill_shape(f, p);
     b.heads_kv = static_cast<int>(p.heads_kv);
     // Held until the last kernel using Δ/lse is enqueued: another host thread on the
     // same stream must not refill the workspace in between (stream order does the rest).
