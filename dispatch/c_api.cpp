@@ -32,6 +32,7 @@ flash::AttentionDesc to_cpp(const flash_attention_desc& c) {
   d.lse = c.lse;
   d.backend = static_cast<flash::Backend>(c.backend);
   d.stream = c.stream;
+  d.deterministic = c.deterministic != 0;
   return d;
 }
 
@@ -80,6 +81,7 @@ void flash_desc_init(flash_attention_desc* desc) {
   desc->heads_kv = defaults.heads_kv;
   desc->window_left = defaults.window_left;
   desc->window_right = defaults.window_right;
+  desc->deterministic = defaults.deterministic ? 1 : 0;
 }
 
 flash_status flash_attention(const flash_attention_desc* desc, const void* q, const void* k,

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define FLASH_MODULE_ABI_VERSION 1
+#define FLASH_MODULE_ABI_VERSION 2
 #define FLASH_MODULE_MESSAGE_LEN 512
 
 /* Storage type codes; equal to the values of flash::DType. */
@@ -47,6 +47,8 @@ typedef struct flash_problem {
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   float* lse; /* optional output [batch, heads_q, seqlen_q] */
   void* stream;
+  int32_t nondeterministic; /* backward: 0 = bitwise reproducible (zero-initialised default),
+                               1 = unordered atomic accumulation allowed */
 } flash_problem;
 
 typedef struct flash_message {

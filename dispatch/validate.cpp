@@ -185,6 +185,7 @@ flash_problem validate_common(const AttentionDesc& d) {
   p.window_right = d.window_right;
   p.lse = d.lse;
   p.stream = d.stream;
+  p.nondeterministic = d.deterministic ? 0 : 1;
   return p;
 }
 

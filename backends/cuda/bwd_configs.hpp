@@ -3,12 +3,13 @@
 //
 // The backward is three launches (see bwd_launch.cuh):
 //  1. bwd_preprocess: Δ = rowsum(dO∘O) and the log-sum-exp rescaled for exp2, per row;
-//  2. bwd_kv (dK, dV): one block per (key tile, kv head, batch); each warp owns 16 or
-//     32 key rows, so its slices of dK and dV stay in registers for the whole query loop;
-//  3. bwd_q (dQ): one block per (query tile, head, batch); each warp owns 16 or 32 query
-//     rows, dQ stays in f32 registers, written once. No atomics: bitwise deterministic.
+//  2. bwd_kv (dK, dV, dQ partials): blocks own key tiles of one (batch, kv head); each
+//     warp owns 16 key rows, so its slices of dK and dV stay in registers for the whole
+//     query loop; dQ partials go to an f32 accumulator (bwd_dq_plan below);
+//  3. bwd_dq_convert: dQ = scale · Σ slices, in the output dtype.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -19,34 +20,33 @@ namespace flash::cuda {
 // one computes).
 template <int kDim>
 struct BwdKvConfig;
-// dQ kernel (f16/bf16): kBlockQ = 16 * kWarps * kMTiles query rows; key tiles of kBlockKV.
-template <int kDim>
-struct BwdQConfig;
 
 // kMTiles: m16 tiles per warp. Two halve the shared-memory traffic per mma (each B
 // fragment feeds both) but double the accumulator registers.
-#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ, MINB)                                                  \
-  template <>                                                                                    \
-  struct BwdKvConfig<D> {                                                                        \
-    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockQ = BQ;                       \
-    static constexpr int kMinBlocks = MINB; /* per SM: caps registers per thread */              \
-    static constexpr int kBlockKV = 16 * W * MT;                                                 \
-    static constexpr const char* kName = "mma_bwd_kv_d" #D "_w" #W "_m" #MT "_q" #BQ "_b" #MINB; \
-  };
-#define FLASH_BWD_Q_CONFIG(D, W, MT, BKV, MINB)                                                   \
-  template <>                                                                                     \
-  struct BwdQConfig<D> {                                                                          \
-    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockKV = BKV;                      \
-    static constexpr int kMinBlocks = MINB;                                                       \
-    static constexpr int kBlockQ = 16 * W * MT;                                                   \
-    static constexpr const char* kName = "mma_bwd_q_d" #D "_w" #W "_m" #MT "_kv" #BKV "_b" #MINB; \
+#define FLASH_BWD_KV_CONFIG(D, W, MT, BQ, MINB)                                               \
+  template <>                                                                                 \
+  struct BwdKvConfig<D> {                                                                     \
+    static constexpr int kDim = D, kWarps = W, kMTiles = MT, kBlockQ = BQ;                    \
+    static constexpr int kMinBlocks = MINB; /* per SM: caps registers per thread */           \
+    static constexpr int kBlockKV = 16 * W * MT;                                              \
+    static constexpr const char* kName = "mma_bwd_d" #D "_w" #W "_m" #MT "_q" #BQ "_b" #MINB; \
   };
 // Values: warps, m16 tiles per warp, the other side's tile, min blocks per SM. The
 // backward is latency bound at 8 warps per SM (ncu: "wait" and short-scoreboard
 // stalls, 30% issue slots), so the defaults trade per-warp tile size for occupancy:
 // min blocks caps registers (4 blocks x 128 threads -> 128 registers). Sweep of
 // 2026-11-21 in bench/RESULTS.md. A tuning build may predefine one of these
-// macros (in a header: nvcc splits command-line -D values at commas).
+// macros (in a header: nvcc splits command-line -D values at commas), or pick a set.
+#if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 1  // 128-key blocks
+#define FLASH_BWD_KV_TUNE_64 8, 1, 32, 2
+#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
+#define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
+#define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
+#define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
+#define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
+#endif
 #ifndef FLASH_BWD_KV_TUNE_32
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
 #endif
@@ -58,18 +58,6 @@ struct BwdQConfig;
 #endif
 #ifndef FLASH_BWD_KV_TUNE_128
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 2
-#endif
-#ifndef FLASH_BWD_Q_TUNE_32
-#define FLASH_BWD_Q_TUNE_32 4, 1, 64, 4
-#endif
-#ifndef FLASH_BWD_Q_TUNE_64
-#define FLASH_BWD_Q_TUNE_64 4, 1, 64, 4
-#endif
-#ifndef FLASH_BWD_Q_TUNE_96
-#define FLASH_BWD_Q_TUNE_96 4, 1, 32, 3
-#endif
-#ifndef FLASH_BWD_Q_TUNE_128
-#define FLASH_BWD_Q_TUNE_128 4, 1, 32, 3
 #endif
 // Past 128 (two dK/dV passes): 4 warps, small query / key tiles to keep two blocks per SM
 // within the register and shared-memory budgets (load_tile_async needs rows x D/8
@@ -83,15 +71,6 @@ struct BwdQConfig;
 #ifndef FLASH_BWD_KV_TUNE_256
 #define FLASH_BWD_KV_TUNE_256 4, 1, 16, 2
 #endif
-#ifndef FLASH_BWD_Q_TUNE_160
-#define FLASH_BWD_Q_TUNE_160 4, 1, 32, 2
-#endif
-#ifndef FLASH_BWD_Q_TUNE_192
-#define FLASH_BWD_Q_TUNE_192 4, 1, 16, 2
-#endif
-#ifndef FLASH_BWD_Q_TUNE_256
-#define FLASH_BWD_Q_TUNE_256 4, 1, 16, 2
-#endif
 #define FLASH_BWD_CONFIG_X(M, D, ...) M(D, __VA_ARGS__)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 32, FLASH_BWD_KV_TUNE_32)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 64, FLASH_BWD_KV_TUNE_64)
@@ -100,16 +79,8 @@ FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 128, FLASH_BWD_KV_TUNE_128)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 160, FLASH_BWD_KV_TUNE_160)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 192, FLASH_BWD_KV_TUNE_192)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 256, FLASH_BWD_KV_TUNE_256)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 32, FLASH_BWD_Q_TUNE_32)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 64, FLASH_BWD_Q_TUNE_64)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 96, FLASH_BWD_Q_TUNE_96)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 128, FLASH_BWD_Q_TUNE_128)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 160, FLASH_BWD_Q_TUNE_160)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 192, FLASH_BWD_Q_TUNE_192)
-FLASH_BWD_CONFIG_X(FLASH_BWD_Q_CONFIG, 256, FLASH_BWD_Q_TUNE_256)
 #undef FLASH_BWD_CONFIG_X
 #undef FLASH_BWD_KV_CONFIG
-#undef FLASH_BWD_Q_CONFIG
 
 // Largest tile head dim whose dK and dV accumulators (16 rows x D f32 each per warp,
 // plus Sᵀ and dPᵀ) fit 255 registers together; larger dims run dV and dK as two passes.
@@ -126,24 +97,14 @@ struct BwdKvDerived {
   static constexpr int kTileQBytes = C::kBlockQ * C::kDim * 2;
   // One stage: Q tile, dO tile, lse and Δ of its rows.
   static constexpr int kStageBytes = 2 * kTileQBytes + 2 * C::kBlockQ * 4;
-  // K tile + V tile (resident), two stages.
-  static constexpr int kSmemBytes = 2 * C::kBlockKV * C::kDim * 2 + 2 * kStageBytes;
+  // K tile + V tile (resident), two stages, then the dSᵀ tile [kBlockKV][kBlockQ] of dQ,
+  // rows padded by 16 bytes: an odd number of 16-byte chunks per row puts the 8 rows an
+  // ldmatrix reads, and the 8 rows a warp's fragment stores touch, in distinct banks.
+  static constexpr int kDsRowBytes = (C::kBlockQ + 8) * 2;
+  static_assert((kDsRowBytes / 16) % 2 == 1, "odd chunks per dSᵀ row (kBlockQ % 16 == 0)");
+  static constexpr int kDsOffset = 2 * C::kBlockKV * C::kDim * 2 + 2 * kStageBytes;
+  static constexpr int kSmemBytes = kDsOffset + C::kBlockKV * kDsRowBytes;
   static_assert(C::kBlockQ % 16 == 0 && C::kBlockQ <= kBwdRowPad, "whole k16 steps");
-  static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
-  static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
-  static_assert(C::kMTiles == 1 || C::kMTiles == 2, "one or two m16 tiles per warp");
-  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
-};
-
-template <class C>
-struct BwdQDerived {
-  static constexpr int kThreads = C::kWarps * 32;
-  static constexpr int kChunks = C::kDim / 8;
-  static constexpr int kTileKvBytes = C::kBlockKV * C::kDim * 2;
-  static constexpr int kStageBytes = 2 * kTileKvBytes;  // K tile + V tile
-  // Q tile + dO tile (resident), two stages of K/V.
-  static constexpr int kSmemBytes = 2 * C::kBlockQ * C::kDim * 2 + 2 * kStageBytes;
-  static_assert(C::kBlockKV % 16 == 0, "whole k16 steps");
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
   static_assert(C::kMTiles == 1 || C::kMTiles == 2, "one or two m16 tiles per warp");
@@ -171,41 +132,90 @@ struct BwdSimtSmem {
 inline int64_t bwd_rows_pad(int64_t seqlen_q) {
   return (seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
 }
-// Workspace floats: Δ and lse, [batch, heads_q, rows_pad] each. O(rows), never N².
-inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
-  return 2 * batch * heads_q * bwd_rows_pad(seqlen_q);
+
+// Deterministic mode: the f32 dQ slices (one per split) may take at most this much
+// workspace; past it fewer splits run (less parallelism when batch · kv heads is small).
+constexpr int64_t kBwdDqSliceCapBytes = int64_t{2} << 30;
+
+// How the f16/bf16 backward accumulates dQ (see bwd_kv_kernel.cuh): splits = blocks per
+// (batch, kv head), slices = f32 partial-sum copies of dQ [batch, heads_q, rows_pad, dim].
+struct BwdDqPlan {
+  int splits = 1, slices = 0;
+  int64_t slice_floats = 0;
+};
+template <class C>
+BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, int64_t heads_kv,
+                          int64_t seqlen_q, int64_t seqlen_kv, int sms) {
+  BwdDqPlan plan;
+  const int64_t kv_blocks = std::max<int64_t>(1, (seqlen_kv + C::kBlockKV - 1) / C::kBlockKV);
+  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * C::kDim;
+  if (!deterministic) {  // one block per key block, all adding into one slice
+    plan.splits = (int)kv_blocks;
+    plan.slices = 1;
+    return plan;
+  }
+  // Enough blocks to fill the GPU once (sms x resident blocks), no more: each extra split
+  // costs a slice to zero, fill and sum.
+  const int64_t resident = (int64_t)sms * C::kMinBlocks;
+  const int64_t bh = batch * heads_kv;
+  int64_t splits = std::min<int64_t>(kv_blocks, std::max<int64_t>(1, resident / bh));
+  const int64_t slice_bytes = std::max<int64_t>(1, plan.slice_floats * 4);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, kBwdDqSliceCapBytes / slice_bytes));
+  plan.splits = plan.slices = (int)splits;
+  return plan;
+}
+// f32 (SIMT path) needs no dQ accumulator: slices = 0.
+inline BwdDqPlan bwd_dq_plan(bool is_f32, int dim, bool deterministic, int64_t batch,
+                             int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv,
+                             int sms) {
+  if (is_f32) return {};
+  switch (dim) {
+#define FLASH_BWD_PLAN(D)                                                                     \
+  case D:                                                                                     \
+    return bwd_dq_plan_for<BwdKvConfig<D>>(deterministic, batch, heads_q, heads_kv, seqlen_q, \
+                                           seqlen_kv, sms);
+    FLASH_BWD_PLAN(32)
+    FLASH_BWD_PLAN(64)
+    FLASH_BWD_PLAN(96) FLASH_BWD_PLAN(128) FLASH_BWD_PLAN(160) FLASH_BWD_PLAN(192)
+        FLASH_BWD_PLAN(256)
+#undef FLASH_BWD_PLAN
+  }
+  return {};
+}
+
+// Workspace floats: Δ and lse, [batch, heads_q, rows_pad] each, then the dQ slices.
+// O(rows · dim · slices), never N².
+inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q,
+                                    const BwdDqPlan& plan) {
+  return 2 * batch * heads_q * bwd_rows_pad(seqlen_q) + plan.slices * plan.slice_floats;
 }
 
 // Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the
-// SIMT path. Past kBwdMaxUnsplitDim the dK/dV kernel runs twice (dV pass, dK pass).
+// SIMT path. Past kBwdMaxUnsplitDim the kernel runs twice (dV pass, dK + dQ pass).
 inline std::string bwd_config_name(bool is_f32, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
-  const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk passes)" : "";
+  const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
   case D:                 \
-    return std::string(BwdKvConfig<D>::kName) + passes + " + " + BwdQConfig<D>::kName;
+    return std::string(BwdKvConfig<D>::kName) + passes;
     FLASH_BWD_NAME(32)
-    FLASH_BWD_NAME(64) FLASH_BWD_NAME(96) FLASH_BWD_NAME(128) FLASH_BWD_NAME(160)
-        FLASH_BWD_NAME(192) FLASH_BWD_NAME(256)
+    FLASH_BWD_NAME(64)
+    FLASH_BWD_NAME(96) FLASH_BWD_NAME(128) FLASH_BWD_NAME(160) FLASH_BWD_NAME(192)
+        FLASH_BWD_NAME(256)
 #undef FLASH_BWD_NAME
   }
   return "";
-}
-template <int D>
-constexpr int bwd_mma_smem_bytes() {
-  constexpr int kv = BwdKvDerived<BwdKvConfig<D>>::kSmemBytes;
-  constexpr int q = BwdQDerived<BwdQConfig<D>>::kSmemBytes;
-  return kv > q ? kv : q;
 }
 inline int bwd_smem_bytes(bool is_f32, int dim) {
   switch (dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \
-    return is_f32 ? BwdSimtSmem<D>::kBytes : bwd_mma_smem_bytes<D>();
+    return is_f32 ? BwdSimtSmem<D>::kBytes : BwdKvDerived<BwdKvConfig<D>>::kSmemBytes;
     FLASH_BWD_SMEM(32)
-    FLASH_BWD_SMEM(64) FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128) FLASH_BWD_SMEM(160)
-        FLASH_BWD_SMEM(192) FLASH_BWD_SMEM(256)
+    FLASH_BWD_SMEM(64)
+    FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128) FLASH_BWD_SMEM(160) FLASH_BWD_SMEM(192)
+        FLASH_BWD_SMEM(256)
 #undef FLASH_BWD_SMEM
   }
   return 0;

@@ -2,15 +2,15 @@
 // this and instantiates its dim, so the kernels compile in parallel translation units.
 //
 // Launch order on desc.stream (no synchronisation): preprocess (Δ, lse rescaled) ->
-// dK/dV -> dQ. Workspace (p.delta, from the cached per-(device, stream) buffer): two f32
-// arrays [batch, heads_q, bwd_rows_pad(seqlen_q)], Δ then lse; O(rows), never N².
-// dQ needs no f32 global accumulator: it is accumulated in registers by its own kernel.
+// zero the dQ slices -> dK/dV/dQ-partials -> dQ convert. Workspace (p.delta, from the
+// cached per-(device, stream) buffer): f32 [batch, heads_q, rows_pad] Δ, then lse, then
+// p.dq_slices f32 dQ slices [batch, heads_q, rows_pad, tile dim] (bwd_dq_plan).
 #pragma once
 
+#include "bwd_dq_convert.cuh"
 #include "bwd_f32_kernel.cuh"
 #include "bwd_kv_kernel.cuh"
 #include "bwd_preprocess.cuh"
-#include "bwd_q_kernel.cuh"
 
 namespace flash::cuda {
 
@@ -25,8 +25,9 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
+    cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * p.dq_slices * p.dq_slice_floats, stream);
     launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
-    launch_bwd_q<T, BwdQConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+    launch_bwd_dq_convert<T, kDim>(p, batch, rows_pad, stream);
   }
 }
 

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "bwd_configs.hpp"
 #include "cuda_check.hpp"
 #include "device_buffers.hpp"
 #include "dispatch/backend_adapter.hpp"
 #include "kernel_params.hpp"
 #include "tile_configs.hpp"
-#include "bwd_configs.hpp"
 
 namespace flash::cuda {
 namespace {
@@ -52,26 +52,30 @@ std::string fwd_config_name(const flash_problem& p) {
   const int dim = tile_dim(p);
   std::string name;
   switch (dim) {
-#define CASE(D) \
-  case D: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; break;
-    CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
+#define CASE(D)                                                                 \
+  case D:                                                                       \
+    name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; \
+    break;
+    CASE(32)
+    CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
 #undef CASE
-    case 256: name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName; break;
+        case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
+    break;
   }
   return name + " " + dtype_name(p.dtype);
 }
 
 int fwd_smem_bytes(const flash_problem& p) {
   switch (tile_dim(p)) {
-#define CASE(D)                                                         \
-  case D:                                                               \
-    return p.dtype == FLASH_F32 ? FwdF32Smem<D>::kBytes                 \
+#define CASE(D)                                         \
+  case D:                                               \
+    return p.dtype == FLASH_F32 ? FwdF32Smem<D>::kBytes \
                                 : FwdMmaDerived<FwdMmaConfig<D>>::kSmemBytes;
     CASE(32) CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
 #undef CASE
-    case 256:
-      return p.dtype == FLASH_F32 ? FwdF32Smem<256>::kBytes
-                                  : FwdPairDerived<FwdPairConfig<256>>::kSmemBytes;
+                case 256 : return p.dtype == FLASH_F32
+        ? FwdF32Smem<256>::kBytes
+        : FwdPairDerived<FwdPairConfig<256>>::kSmemBytes;
   }
   return 0;
 }
@@ -80,6 +84,7 @@ struct DeviceInfo {
   int device = -1;
   int major = 0, minor = 0;
   int smem_optin = 0;
+  int sms = 1;  // streaming multiprocessors
   std::string name;
 };
 
@@ -100,6 +105,7 @@ DeviceInfo current_device() {
   info.major = prop.major;
   info.minor = prop.minor;
   info.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+  info.sms = prop.multiProcessorCount;
   info.name = prop.name;
   cache.emplace(device, info);
   return info;
@@ -156,8 +162,8 @@ class HostStaging {
   template <class P>
   P* add(const char* name, P* ptr, size_t bytes, bool is_output) {
     if (ptr == nullptr || is_device_pointer(ptr)) return ptr;
-    entries_.push_back({name, const_cast<void*>(static_cast<const void*>(ptr)), bytes,
-                        is_output, total_});
+    entries_.push_back(
+        {name, const_cast<void*>(static_cast<const void*>(ptr)), bytes, is_output, total_});
     total_ += (bytes + 255) / 256 * 256;
     return nullptr;  // resolved by commit()
   }
@@ -233,26 +239,40 @@ void fill_strides(int64_t dst[3], const int64_t src[3]) {
 template <Dtype kDtype>
 void dispatch_forward(int dim, const FwdParams& f, int batch, cudaStream_t stream) {
   switch (dim) {
-    case 32: return launch_forward<kDtype, 32>(f, batch, stream);
-    case 64: return launch_forward<kDtype, 64>(f, batch, stream);
-    case 96: return launch_forward<kDtype, 96>(f, batch, stream);
-    case 128: return launch_forward<kDtype, 128>(f, batch, stream);
-    case 160: return launch_forward<kDtype, 160>(f, batch, stream);
-    case 192: return launch_forward<kDtype, 192>(f, batch, stream);
-    case 256: return launch_forward<kDtype, 256>(f, batch, stream);
+    case 32:
+      return launch_forward<kDtype, 32>(f, batch, stream);
+    case 64:
+      return launch_forward<kDtype, 64>(f, batch, stream);
+    case 96:
+      return launch_forward<kDtype, 96>(f, batch, stream);
+    case 128:
+      return launch_forward<kDtype, 128>(f, batch, stream);
+    case 160:
+      return launch_forward<kDtype, 160>(f, batch, stream);
+    case 192:
+      return launch_forward<kDtype, 192>(f, batch, stream);
+    case 256:
+      return launch_forward<kDtype, 256>(f, batch, stream);
   }
 }
 
 template <Dtype kDtype>
 void dispatch_backward(int dim, const BwdParams& b, int batch, cudaStream_t stream) {
   switch (dim) {
-    case 32: return launch_backward<kDtype, 32>(b, batch, stream);
-    case 64: return launch_backward<kDtype, 64>(b, batch, stream);
-    case 96: return launch_backward<kDtype, 96>(b, batch, stream);
-    case 128: return launch_backward<kDtype, 128>(b, batch, stream);
-    case 160: return launch_backward<kDtype, 160>(b, batch, stream);
-    case 192: return launch_backward<kDtype, 192>(b, batch, stream);
-    case 256: return launch_backward<kDtype, 256>(b, batch, stream);
+    case 32:
+      return launch_backward<kDtype, 32>(b, batch, stream);
+    case 64:
+      return launch_backward<kDtype, 64>(b, batch, stream);
+    case 96:
+      return launch_backward<kDtype, 96>(b, batch, stream);
+    case 128:
+      return launch_backward<kDtype, 128>(b, batch, stream);
+    case 160:
+      return launch_backward<kDtype, 160>(b, batch, stream);
+    case 192:
+      return launch_backward<kDtype, 192>(b, batch, stream);
+    case 256:
+      return launch_backward<kDtype, 256>(b, batch, stream);
   }
 }
 
@@ -287,10 +307,11 @@ struct CudaBackend {
       return false;
     }
     const DeviceInfo d = current_device();
-    detail = d.name + ", compute capability " + std::to_string(d.major) + "." +
-             std::to_string(d.minor);
+    detail =
+        d.name + ", compute capability " + std::to_string(d.major) + "." + std::to_string(d.minor);
     if (d.major < 8) {
-      reason = "CUDA device " + detail + " is older than compute capability 8.0 (the kernels "
+      reason = "CUDA device " + detail +
+               " is older than compute capability 8.0 (the kernels "
                "use cp.async and bf16 mma.sync)";
       return false;
     }
@@ -311,8 +332,7 @@ struct CudaBackend {
                              " is not supported (allowed: " + kHeadDimList + ")");
     if (p.seqlen_q >= kMaxSeqlen || p.seqlen_kv >= kMaxSeqlen)
       return Choice::decline("cuda backend: seqlen_q/seqlen_kv must be < 2^30 (got " +
-                             std::to_string(p.seqlen_q) + ", " + std::to_string(p.seqlen_kv) +
-                             ")");
+                             std::to_string(p.seqlen_q) + ", " + std::to_string(p.seqlen_kv) + ")");
     if (p.heads_q > 65535)
       return Choice::decline("cuda backend: heads_q = " + std::to_string(p.heads_q) +
                              " exceeds 65535 (one grid row per head)");
@@ -325,16 +345,16 @@ struct CudaBackend {
       const std::string name = bwd_config_name(is_f32, dim) + " " + dtype_name(p.dtype);
       if (smem > d.smem_optin)
         return Choice::decline("cuda backend: backward tile config " + name + " needs " +
-                               std::to_string(smem) + " bytes of shared memory, device " +
-                               d.name + " allows " + std::to_string(d.smem_optin));
+                               std::to_string(smem) + " bytes of shared memory, device " + d.name +
+                               " allows " + std::to_string(d.smem_optin));
       return Choice::run(name);
     }
     const DeviceInfo d = current_device();
     const int smem = fwd_smem_bytes(p);
     if (smem > d.smem_optin)
       return Choice::decline("cuda backend: tile config " + fwd_config_name(p) + " needs " +
-                             std::to_string(smem) + " bytes of shared memory, device " +
-                             d.name + " allows " + std::to_string(d.smem_optin));
+                             std::to_string(smem) + " bytes of shared memory, device " + d.name +
+                             " allows " + std::to_string(d.smem_optin));
     return Choice::run(fwd_config_name(p));
   }
 
@@ -351,14 +371,19 @@ struct CudaBackend {
 
     HostStaging staging(stream);
     FwdParams f{};
-    f.q = staging.add("q", q, eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim), false);
-    f.k = staging.add("k", k, eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim), false);
-    f.v = staging.add("v", v, eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v), false);
-    f.o = staging.add("o", o, eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), true);
+    f.q = staging.add(
+        "q", q, eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim), false);
+    f.k = staging.add(
+        "k", k, eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim), false);
+    f.v = staging.add("v", v,
+                      eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v),
+                      false);
+    f.o = staging.add(
+        "o", o, eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), true);
     f.lse = staging.add("lse", p.lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, true);
     if (!staging.empty()) {
-      void* slots[5] = {const_cast<void*>(f.q), const_cast<void*>(f.k), const_cast<void*>(f.v),
-                        f.o, f.lse};
+      void* slots[5] = {const_cast<void*>(f.q), const_cast<void*>(f.k), const_cast<void*>(f.v), f.o,
+                        f.lse};
       // add() returns null for a staged tensor, and also passes through the null pointer
       // of an empty tensor (seqlen_kv = 0): only the former takes a staged slot.
       const bool staged[5] = {q && !f.q, k && !f.k, v && !f.v, o && !f.o, p.lse && !f.lse};
@@ -376,16 +401,23 @@ struct CudaBackend {
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
     switch (p.dtype) {
-      case FLASH_F32: dispatch_forward<Dtype::f32>(dim, f, batch, stream); break;
-      case FLASH_F16: dispatch_forward<Dtype::f16>(dim, f, batch, stream); break;
-      case FLASH_BF16: dispatch_forward<Dtype::bf16>(dim, f, batch, stream); break;
+      case FLASH_F32:
+        dispatch_forward<Dtype::f32>(dim, f, batch, stream);
+        break;
+      case FLASH_F16:
+        dispatch_forward<Dtype::f16>(dim, f, batch, stream);
+        break;
+      case FLASH_BF16:
+        dispatch_forward<Dtype::bf16>(dim, f, batch, stream);
+        break;
     }
     check_cuda(cudaGetLastError(), "forward kernel launch");
     staging.finish();
   }
 
-  // Backward: preprocess (Δ) -> dK/dV -> dQ on desc.stream, no synchronisation (except
-  // when host memory is staged). Workspace: Δ and lse, O(rows), in the cached buffer.
+  // Backward: preprocess (Δ) -> dK/dV/dQ partials -> dQ on desc.stream, no
+  // synchronisation (except when host memory is staged). Workspace: Δ, lse and the f32
+  // dQ slices (bwd_dq_plan), O(rows · dim · slices), in the cached buffer.
   static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
@@ -413,8 +445,8 @@ struct CudaBackend {
     const size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seqlen_q;
     // Host tensors travel through the staging buffer (inputs in; outputs in and back).
     const void* ptrs[9] = {q, k, v, o, dout, lse, dq, dk, dv};
-    const size_t bytes[9] = {q_bytes, k_bytes, v_bytes, o_bytes, o_bytes, lse_bytes,
-                             q_bytes, k_bytes, v_bytes};
+    const size_t bytes[9] = {q_bytes,   k_bytes, v_bytes, o_bytes, o_bytes,
+                             lse_bytes, q_bytes, k_bytes, v_bytes};
     static const char* names[9] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"};
     HostStaging staging(stream);
     void* dev[9];
@@ -445,16 +477,30 @@ struct CudaBackend {
     b.heads_kv = static_cast<int>(p.heads_kv);
     // Held until the last kernel using Δ/lse is enqueued: another host thread on the
     // same stream must not refill the workspace in between (stream order does the rest).
-    const LockedBuffer workspace =
-        lock_device_buffer(stream, BufferPurpose::workspace,
-                           sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q));
-    b.delta = static_cast<float*>(workspace.ptr);
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
+    const BwdDqPlan plan =
+        bwd_dq_plan(p.dtype == FLASH_F32, dim, p.nondeterministic == 0, p.batch, p.heads_q,
+                    p.heads_kv, p.seqlen_q, p.seqlen_kv, current_device().sms);
+    const LockedBuffer workspace = lock_device_buffer(
+        stream, BufferPurpose::workspace,
+        sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q, plan));
+    b.delta = static_cast<float*>(workspace.ptr);
+    b.dq_accum = b.delta + 2 * p.batch * p.heads_q * bwd_rows_pad(p.seqlen_q);
+    b.dq_slice_floats = plan.slice_floats;
+    b.dq_splits = plan.splits;
+    b.dq_slices = plan.slices;
+    b.dq_exclusive = p.nondeterministic == 0;
     switch (p.dtype) {
-      case FLASH_F32: dispatch_backward<Dtype::f32>(dim, b, batch, stream); break;
-      case FLASH_F16: dispatch_backward<Dtype::f16>(dim, b, batch, stream); break;
-      case FLASH_BF16: dispatch_backward<Dtype::bf16>(dim, b, batch, stream); break;
+      case FLASH_F32:
+        dispatch_backward<Dtype::f32>(dim, b, batch, stream);
+        break;
+      case FLASH_F16:
+        dispatch_backward<Dtype::f16>(dim, b, batch, stream);
+        break;
+      case FLASH_BF16:
+        dispatch_backward<Dtype::bf16>(dim, b, batch, stream);
+        break;
     }
     check_cuda(cudaGetLastError(), "backward kernel launch");
     staging.finish();

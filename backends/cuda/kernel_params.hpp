@@ -46,6 +46,14 @@ struct BwdParams {
   void* dv;
   float* delta;  // f32 workspace [batch, heads_q, seqlen_q]: rowsum(dO * O)
   int heads_kv;
+  // dQ of the f16/bf16 kernel: f32 partial sums [dq_slices][batch, heads_q, rows_pad, tile
+  // dim], zeroed per call. dq_splits blocks per (batch, kv head) each walk a fixed set of
+  // key blocks; with dq_exclusive, block `split` adds only into slice `split` (one writer
+  // per element, program order: deterministic), else every block adds into slice 0.
+  float* dq_accum;
+  int64_t dq_slice_floats;
+  int dq_splits, dq_slices;
+  bool dq_exclusive;
 };
 
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.

@@ -53,6 +53,8 @@ typedef struct flash_attention_desc {
   float* lse;      /* optional output [batch, heads_q, seqlen_q] */
   int32_t backend; /* flash_backend */
   void* stream;    /* cudaStream_t / hipStream_t; NULL = default stream */
+  int32_t deterministic; /* backward: 1 = bitwise reproducible (flash_desc_init's default),
+                            0 = cuda may accumulate dQ with unordered atomics */
 } flash_attention_desc;
 
 /* Fills *desc with the defaults of flash::AttentionDesc (windows -1, batch 1, ...). */

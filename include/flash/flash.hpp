@@ -52,6 +52,10 @@ struct AttentionDesc {
   float* lse = nullptr;  // optional output, f32 [batch, heads_q, seqlen_q], natural log
   Backend backend = Backend::automatic;
   void* stream = nullptr;  // cudaStream_t / hipStream_t for GPU backends; null = default
+  // Backward: true = bitwise-identical dq/dk/dv run to run. false lets the cuda backend
+  // add dQ partials with unordered f32 atomics (less workspace; see backends/cuda/README.md).
+  // The cpu, hip and reference backends are deterministic either way.
+  bool deterministic = true;
 };
 
 // Thrown for every bad input or unavailable backend. The message names the field

@@ -6,7 +6,8 @@
 // FLOPs: 2.5 x forward (4·B·H·S²·D, half for causal). Run torch_sdpa.py --backward in
 // the same device call and compare ratios (tests/cuda/device_bwd.sh does both).
 //   cuda_backward_bench <libflashattn_cuda.so> [--dims 64 128] [--seqlens 1024 ...]
-//                       [--dtype bf16|f16|f32] [--iters N]
+//                       [--dtype bf16|f16|f32] [--iters N] [--atomic]
+// --atomic also times nondeterministic = 1 (unordered atomic dQ), as row "ours-atomic".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   int dtype = FLASH_BF16, iters = 20;
+  bool atomic = false;
   std::vector<int> dims = {64, 128}, seqlens = {1024, 2048, 4096, 8192, 16384};
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -67,6 +69,8 @@ int main(int argc, char** argv) {
       list(dims);
     else if (a == "--seqlens")
       list(seqlens);
+    else if (a == "--atomic")
+      atomic = true;
     else if (a == "--iters")
       iters = std::atoi(argv[++i]);
     else if (a == "--dtype") {
@@ -89,64 +93,66 @@ int main(int argc, char** argv) {
       cudaMalloc(&lse, sizeof(float) * B * H * S);
       unsigned seed = 1;
       for (void* ptr : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(ptr, n, seed++, dtype);
-      for (int causal = 0; causal < 2; ++causal) {
-        flash_problem p{};
-        p.batch = B;
-        p.seqlen_q = S;
-        p.seqlen_kv = S;
-        p.heads_q = H;
-        p.heads_kv = H;
-        p.head_dim = D;
-        p.head_dim_v = D;
-        p.dtype = dtype;
-        p.causal = causal;
-        p.scale = 1.f / std::sqrt((float)D);
-        p.window_left = -1;
-        p.window_right = -1;
-        const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
-        for (int j = 0; j < 3; ++j)
-          p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
-        p.lse = lse;
-        flash_message msg{}, choice{};
-        m->choose(&p, FLASH_BACKWARD, &choice);
-        const bool fwd_ok =
-            m->forward(&p, q, k, v, o, &msg) == FLASH_OK && cudaDeviceSynchronize() == cudaSuccess;
-        if (!fwd_ok) {
-          cudaGetLastError();
-          fill_value<<<1024, 256>>>(lse, (size_t)B * H * S, std::log((float)S) + 1.f);
+      for (int causal = 0; causal < 2; ++causal)
+        for (int mode = 0; mode < (atomic ? 2 : 1); ++mode) {
+          flash_problem p{};
+          p.batch = B;
+          p.seqlen_q = S;
+          p.seqlen_kv = S;
+          p.heads_q = H;
+          p.heads_kv = H;
+          p.head_dim = D;
+          p.head_dim_v = D;
+          p.dtype = dtype;
+          p.causal = causal;
+          p.scale = 1.f / std::sqrt((float)D);
+          p.window_left = -1;
+          p.window_right = -1;
+          const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
+          for (int j = 0; j < 3; ++j)
+            p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
+          p.lse = lse;
+          p.nondeterministic = mode;
+          flash_message msg{}, choice{};
+          m->choose(&p, FLASH_BACKWARD, &choice);
+          const bool fwd_ok = m->forward(&p, q, k, v, o, &msg) == FLASH_OK &&
+                              cudaDeviceSynchronize() == cudaSuccess;
+          if (!fwd_ok) {
+            cudaGetLastError();
+            fill_value<<<1024, 256>>>(lse, (size_t)B * H * S, std::log((float)S) + 1.f);
+          }
+          bool ok = true;
+          auto run = [&] {
+            if (m->backward(&p, q, k, v, o, dout, lse, dq, dk, dv, &msg) != FLASH_OK) ok = false;
+          };
+          for (int w = 0; w < 3; ++w) run();
+          std::vector<float> t;
+          cudaEvent_t a, b;
+          cudaEventCreate(&a);
+          cudaEventCreate(&b);
+          for (int it = 0; it < iters && ok; ++it) {
+            cudaEventRecord(a);
+            run();
+            cudaEventRecord(b);
+            cudaEventSynchronize(b);
+            float ms;
+            cudaEventElapsedTime(&ms, a, b);
+            t.push_back(ms);
+          }
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+          if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
+            std::printf("backward failed: %s\n", msg.text);
+            return 1;
+          }
+          std::sort(t.begin(), t.end());
+          const float ms = t[t.size() / 2];
+          const double flops = 2.5 * 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+          std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %s%s\n",
+                      mode ? "ours-atomic" : "ours", dname, B, H, S, D, causal ? "True" : "False",
+                      ms, flops / ms * 1e-9, choice.text, fwd_ok ? "" : " (synthetic lse)");
+          std::fflush(stdout);
         }
-        bool ok = true;
-        auto run = [&] {
-          if (m->backward(&p, q, k, v, o, dout, lse, dq, dk, dv, &msg) != FLASH_OK) ok = false;
-        };
-        for (int w = 0; w < 3; ++w) run();
-        std::vector<float> t;
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        for (int it = 0; it < iters && ok; ++it) {
-          cudaEventRecord(a);
-          run();
-          cudaEventRecord(b);
-          cudaEventSynchronize(b);
-          float ms;
-          cudaEventElapsedTime(&ms, a, b);
-          t.push_back(ms);
-        }
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-        if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
-          std::printf("backward failed: %s\n", msg.text);
-          return 1;
-        }
-        std::sort(t.begin(), t.end());
-        const float ms = t[t.size() / 2];
-        const double flops = 2.5 * 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
-        std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %s%s\n", "ours", dname, B, H, S, D,
-                    causal ? "True" : "False", ms, flops / ms * 1e-9, choice.text,
-                    fwd_ok ? "" : " (synthetic lse)");
-        std::fflush(stdout);
-      }
       for (void* ptr : {q, k, v, o, dout, dq, dk, dv, (void*)lse}) cudaFree(ptr);
     }
   return 0;

@@ -2,7 +2,10 @@
 //  1. determinism: the default backward gives bitwise-identical dq/dk/dv on two runs
 //     (device pointers, outputs poisoned with NaN bytes before each run), every dtype,
 //     GQA + causal + windows + softcap, and every output element is written (no NaN);
-//  2. f32 gradients against central finite differences of L = sum(dO * O), computed
+//     also with many (batch, head) pairs, where each block walks several key blocks;
+//  2. the atomic mode (nondeterministic = 1) agrees with the default (dq within a few
+//     ulps: the same partial sums in another order; dk, dv bitwise);
+//  3. f32 gradients against central finite differences of L = sum(dO * O), computed
 //     with the module's own f32 forward, on small shapes with every mask feature.
 // The cross-backend suite (tests/cross_backend_test.cpp) compares against the double
 // reference; this file covers what it cannot (run-to-run identity, an independent
@@ -175,6 +178,48 @@ bool check_determinism(const flash_backend_module* m, const Shape& s, int dtype,
   return pass;
 }
 
+float to_float(const std::vector<unsigned char>& b, int dtype, size_t i) {
+  if (dtype == FLASH_F32) return reinterpret_cast<const float*>(b.data())[i];
+  if (dtype == FLASH_F16) return __half2float(reinterpret_cast<const __half*>(b.data())[i]);
+  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(b.data())[i]);
+}
+
+// nondeterministic = 1 (unordered atomic dQ) against the default: the same sums in
+// another order, so dq within a few output-dtype ulps, dk and dv identical.
+bool check_atomic_mode(const flash_backend_module* m, const Shape& s, int dtype,
+                       std::mt19937& rng) {
+  Problem r = make_problem(s, dtype, rng);
+  bool pass = forward(m, r);
+  std::vector<unsigned char> a, b;
+  if (pass) a = backward(m, r);
+  r.p.nondeterministic = 1;
+  if (pass) b = backward(m, r);
+  pass = pass && !a.empty() && a.size() == b.size() && !any_nan(b, dtype);
+  const size_t e = esize(dtype), n = a.size() / e;
+  double max_abs = 0, worst = 0;
+  for (size_t i = 0; pass && i < r.n_q; ++i)
+    max_abs = std::max(max_abs, (double)std::fabs(to_float(a, dtype, i)));
+  const double ulp = dtype == FLASH_BF16 ? 1.0 / 128 : dtype == FLASH_F16 ? 1.0 / 1024 : 1e-6;
+  for (size_t i = 0; pass && i < n; ++i) {
+    const double x = to_float(a, dtype, i), y = to_float(b, dtype, i);
+    // dq: 4 ulps of the value plus 1e-3 ulps of the largest |dq| (cancellation);
+    // dk, dv: bitwise (each is summed in registers by one block either way).
+    const double tol = i < r.n_q ? 4 * ulp * std::fabs(x) + 1e-3 * ulp * max_abs : 0.0;
+    const double err = std::fabs(x - y);
+    if (err > tol) {
+      if (worst == 0)
+        std::printf("  %s[%zu]: deterministic %.6g, atomic %.6g\n", i < r.n_q ? "dq" : "dk/dv",
+                    i < r.n_q ? i : i - r.n_q, x, y);
+      worst = std::max(worst, err);
+      pass = false;
+    }
+  }
+  std::printf("%s atomic mode dtype=%d b%d sq%d skv%d hq%d hkv%d d%d causal%d\n",
+              pass ? "ok  " : "FAIL", dtype, s.b, s.sq, s.skv, s.hq, s.hkv, s.d, s.causal);
+  free_problem(r);
+  return pass;
+}
+
 // L = sum(dO * O) in double from the module's f32 forward.
 double loss(const flash_backend_module* m, Problem& r, const std::vector<float>& dout) {
   if (!forward(m, r)) return NAN;
@@ -262,11 +307,20 @@ int main(int argc, char** argv) {
                   {1, 200, 200, 2, 1, 256, 256, true, -1, -1, 0.f},  // two dK/dV passes
                   {1, 150, 230, 2, 2, 160, 160, false, 40, 40, 0.f},
                   {1, 230, 150, 3, 1, 192, 128, true, -1, -1, 0.f},
+                  // Many (batch, kv head) pairs: fewer splits than key blocks, so each
+                  // block walks several key blocks (the snake order) into its slice.
+                  {4, 1000, 1000, 16, 16, 128, 128, true, -1, -1, 0.f},
+                  {8, 700, 900, 16, 8, 64, 64, false, -1, -1, 0.f},
               };
   for (int dtype : {FLASH_BF16, FLASH_F16, FLASH_F32})
     for (const Shape& s : det) {
       ++total;
       if (!check_determinism(m, s, dtype, rng)) ++fails;
+    }
+  for (int dtype : {FLASH_BF16, FLASH_F16})
+    for (const Shape& s : {det.front(), det.back()}) {
+      ++total;
+      if (!check_atomic_mode(m, s, dtype, rng)) ++fails;
     }
   const std::vector<Shape> fd =
       quick ? std::vector<Shape>{{1, 19, 23, 2, 1, 32, 32, true, -1, -1, 0.f}}

@@ -42,7 +42,7 @@ if has sanitize; then
   done
 fi
 if has bench; then
-  $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} \
+  $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} --atomic \
     --seqlens ${SEQLENS:-1024 2048 4096 8192 16384} 2>&1 | tee "$OUT/bench.log"
 fi
 if has f32; then  # the f32 path beside torch's f32 backends (small: SIMT FMA is slow)
@@ -90,7 +90,7 @@ if has variants; then
     name=${v%%:*}
     echo "== variant $name: ${v#*:}"
     build-var-$name/tests/cuda/cuda_backward_bench build-var-$name/libflashattn_cuda.so \
-      --dims ${DIMS:-64 128} --seqlens ${VAR_SEQLENS:-2048 8192} 2>&1 | grep ours
+      --dims ${DIMS:-64 128} --seqlens ${VAR_SEQLENS:-2048 8192} --atomic 2>&1 | grep ours
   done
 fi
 if has torch; then
@@ -109,13 +109,13 @@ def rows(path, names):
             key = (int(f[5]), int(f[4]), f[6] in ("True", "yes"))
             out[(f[0], key)] = float(f[8]) if f[0] == "ours" else float(f[9])
     return out
-r = rows(sys.argv[1], {"ours"}); r.update(rows(sys.argv[2], {"flash", "cudnn"}))
+r = rows(sys.argv[1], {"ours", "ours-atomic"}); r.update(rows(sys.argv[2], {"flash", "cudnn"}))
 keys = sorted({k for (_, k) in r})
-print("| D | S | causal | ours TF/s | torch flash | cuDNN | ours/flash | ours/cuDNN |")
-print("|---|---|---|---|---|---|---|---|")
+print("| D | S | causal | ours TF/s | ours atomic | torch flash | cuDNN | ours/flash | atomic/flash | ours/cuDNN |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for k in keys:
-    o, f, c = (r.get((n, k)) for n in ("ours", "flash", "cudnn"))
-    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
-    print(f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | {o or '-'} | {f or '-'} | {c or '-'} | {ratio(o, f)} | {ratio(o, c)} |")
+    o, a, f, c = (r.get((n, k)) for n in ("ours", "ours-atomic", "flash", "cudnn"))
+    ratio = lambda x, y: f"{x / y:.2f}" if x and y else "-"
+    print(f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | {o or '-'} | {a or '-'} | {f or '-'} | {c or '-'} | {ratio(o, f)} | {ratio(a, f)} | {ratio(o, c)} |")
 PY
 fi
