@@ -103,7 +103,14 @@ struct BwdKvDerived {
   static constexpr int kDsRowBytes = (C::kBlockQ + 8) * 2;
   static_assert((kDsRowBytes / 16) % 2 == 1, "odd chunks per dSᵀ row (kBlockQ % 16 == 0)");
   static constexpr int kDsOffset = 2 * C::kBlockKV * C::kDim * 2 + 2 * kStageBytes;
-  static constexpr int kSmemBytes = kDsOffset + C::kBlockKV * kDsRowBytes;
+  // dQ partials: f32 rows of kDqRowFloats (the accumulator's layout too; 8 floats of
+  // padding spread a fragment store's 8 rows over the banks), kDqStages staging tiles
+  // for the bulk reduction (2: one fills while the copy engine reads the other; past
+  // D = 192 no room, per-thread atomics instead).
+  static constexpr int kDqRowFloats = C::kDim + 8;
+  static constexpr int kDqStages = C::kDim <= 128 ? 2 : C::kDim <= 192 ? 1 : 0;
+  static constexpr int kDqOffset = kDsOffset + C::kBlockKV * kDsRowBytes;
+  static constexpr int kSmemBytes = kDqOffset + kDqStages * C::kBlockQ * kDqRowFloats * 4;
   static_assert(C::kBlockQ % 16 == 0 && C::kBlockQ <= kBwdRowPad, "whole k16 steps");
   static_assert(kBwdRowPad % C::kBlockQ == 0, "padded rows hold whole query tiles");
   static_assert(C::kDim % 16 == 0 && kChunks % 4 == 0, "swizzle needs 64-byte rows");
@@ -148,7 +155,7 @@ BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, in
                           int64_t seqlen_q, int64_t seqlen_kv, int sms) {
   BwdDqPlan plan;
   const int64_t kv_blocks = std::max<int64_t>(1, (seqlen_kv + C::kBlockKV - 1) / C::kBlockKV);
-  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * C::kDim;
+  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * BwdKvDerived<C>::kDqRowFloats;
   if (!deterministic) {  // one block per key block, all adding into one slice
     plan.splits = (int)kv_blocks;
     plan.slices = 1;
@@ -176,8 +183,8 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, int dim, bool deterministic, int64_t b
                                            seqlen_kv, sms);
     FLASH_BWD_PLAN(32)
     FLASH_BWD_PLAN(64)
-    FLASH_BWD_PLAN(96) FLASH_BWD_PLAN(128) FLASH_BWD_PLAN(160) FLASH_BWD_PLAN(192)
-        FLASH_BWD_PLAN(256)
+    FLASH_BWD_PLAN(96)
+    FLASH_BWD_PLAN(128) FLASH_BWD_PLAN(160) FLASH_BWD_PLAN(192) FLASH_BWD_PLAN(256)
 #undef FLASH_BWD_PLAN
   }
   return {};
@@ -201,8 +208,8 @@ inline std::string bwd_config_name(bool is_f32, int dim) {
     return std::string(BwdKvConfig<D>::kName) + passes;
     FLASH_BWD_NAME(32)
     FLASH_BWD_NAME(64)
-    FLASH_BWD_NAME(96) FLASH_BWD_NAME(128) FLASH_BWD_NAME(160) FLASH_BWD_NAME(192)
-        FLASH_BWD_NAME(256)
+    FLASH_BWD_NAME(96)
+    FLASH_BWD_NAME(128) FLASH_BWD_NAME(160) FLASH_BWD_NAME(192) FLASH_BWD_NAME(256)
 #undef FLASH_BWD_NAME
   }
   return "";
@@ -214,8 +221,8 @@ inline int bwd_smem_bytes(bool is_f32, int dim) {
     return is_f32 ? BwdSimtSmem<D>::kBytes : BwdKvDerived<BwdKvConfig<D>>::kSmemBytes;
     FLASH_BWD_SMEM(32)
     FLASH_BWD_SMEM(64)
-    FLASH_BWD_SMEM(96) FLASH_BWD_SMEM(128) FLASH_BWD_SMEM(160) FLASH_BWD_SMEM(192)
-        FLASH_BWD_SMEM(256)
+    FLASH_BWD_SMEM(96)
+    FLASH_BWD_SMEM(128) FLASH_BWD_SMEM(160) FLASH_BWD_SMEM(192) FLASH_BWD_SMEM(256)
 #undef FLASH_BWD_SMEM
   }
   return 0;

@@ -32,6 +32,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "bwd_ops.cuh"
 
 namespace flash::cuda {
@@ -56,13 +59,55 @@ __device__ __forceinline__ void write_ds_tile(unsigned char* tile, int warp, int
       }
 }
 
-// dQ rows [q0, q0 + BQ) of one head += dS·K, dS from the shared dSᵀ tile (every warp has
-// written its rows; the caller synchronised), K resident. Warps split the BQ x D partial
-// into (m16 tile, column range) pieces and add them with red.global.add.v2.f32.
-template <class T, class C>
-__device__ __forceinline__ void accumulate_dq(float* dq_rows, uint32_t ds_base, uint32_t sK) {
+// How a block adds its dQ partials (BQ x D f32 per step) into the accumulator:
+//  bulk: the warps write the partial to shared memory, one thread hands it to the
+//        copy engine as one cp.reduce.async.bulk (sm_90: whole 128-byte lines reduced in
+//        L2, no per-element atomics from the SM);
+//  red:  each thread adds its fragment with red.global.add (pre-sm_90, and D = 256,
+//        whose shared memory has no room for the staging buffers).
+enum class DqAdd { bulk, red, none /* timing experiments only: dQ wrong */ };
+
+// Bulk-copy engine wrappers (sm_90). Shared-memory writes made by the threads must be
+// ordered before the async proxy reads them: each writer fences, then a barrier.
+__device__ __forceinline__ void bulk_fence_writes() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+#endif
+}
+// Waits until at most kPending bulk groups are still reading their shared source.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+// Waits until every bulk group of this thread has completed (its adds performed).
+__device__ __forceinline__ void bulk_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Partial dQ of rows [q0, q0 + BQ) of one head = dS·K, dS from the shared dSᵀ tile (every
+// warp has written its rows; the caller synchronised), K resident. Warps split the
+// BQ x D partial into (m16 tile, column range) pieces. kAdd = red: added to dq_rows
+// (global, row stride kDqRow floats); bulk: written to the shared staging tile
+// `stage` (same layout) for the caller to hand to the copy engine.
+template <class T, class C, DqAdd kAdd>
+__device__ __forceinline__ void dq_partial(float* dq_rows, float* stage, uint32_t ds_base,
+                                           uint32_t sK) {
+  using Dv = BwdKvDerived<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV, W = C::kWarps;
-  constexpr int kChunks = D / 8, kDsRowBytes = BwdKvDerived<C>::kDsRowBytes;
+  constexpr int kChunks = D / 8, kDsRowBytes = Dv::kDsRowBytes, kRow = Dv::kDqRowFloats;
   constexpr int QM = BQ / 16;         // m16 tiles of the partial dQ
   constexpr int WPM = W / QM;         // warps per m16 tile
   constexpr int NPW = (D / 8) / WPM;  // n8 tiles per warp
@@ -90,28 +135,40 @@ __device__ __forceinline__ void accumulate_dq(float* dq_rows, uint32_t ds_base, 
       mma_16816<T>(acc[2 * nt2 + 1], a, b[2], b[3]);
     }
   }
-  float* dst = dq_rows + (qm * 16 + g) * D + ng * NPW * 8 + tig * 2;
+  const int offset = (qm * 16 + g) * kRow + ng * NPW * 8 + tig * 2;
 #pragma unroll
   for (int nt = 0; nt < NPW; ++nt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float* at = dst + h * 8 * D + nt * 8;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // two adjacent columns per add
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(at), "f"(acc[nt][2 * h]),
-                   "f"(acc[nt][2 * h + 1])
-                   : "memory");
-#else
-      atomicAdd(at, acc[nt][2 * h]);
-      atomicAdd(at + 1, acc[nt][2 * h + 1]);
+      const int at = offset + h * 8 * kRow + nt * 8;
+      if constexpr (kAdd == DqAdd::bulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        *reinterpret_cast<float2*>(stage + at) = make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+#else  // no bulk reductions before sm_90: the bulk_* calls are no-ops there
+        atomicAdd(dq_rows + at, acc[nt][2 * h]);
+        atomicAdd(dq_rows + at + 1, acc[nt][2 * h + 1]);
 #endif
+      } else if constexpr (kAdd == DqAdd::red) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // two adjacent columns per add
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dq_rows + at),
+                     "f"(acc[nt][2 * h]), "f"(acc[nt][2 * h + 1])
+                     : "memory");
+#else
+        atomicAdd(dq_rows + at, acc[nt][2 * h]);
+        atomicAdd(dq_rows + at + 1, acc[nt][2 * h + 1]);
+#endif
+      } else if (acc[nt][2 * h] == 1234.5f) {  // none: keep the products, skip the add
+        dq_rows[at] = acc[nt][2 * h + 1];
+      }
     }
+  if constexpr (kAdd == DqAdd::bulk) bulk_fence_writes();
 }
 
 // What one launch computes: both gradients, or (head dims past kBwdMaxUnsplitDim, where
 // two 16 x D f32 accumulators per warp do not fit the registers) one of them per pass.
 enum class KvRole { both, dv, dk };
 
-template <class T, class C, KvRole kRole>
+template <class T, class C, KvRole kRole, DqAdd kAdd>
 __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
                   const float* __restrict__ delta, int rows_pad) {
@@ -131,6 +188,10 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   const uint32_t sStage = sV + BK * D * 2;  // stage s: Q, dO, lse[BQ], Δ[BQ]
   const float* fStage = reinterpret_cast<const float*>(smem + 2 * BK * D * 2);
   unsigned char* const ds_tile = smem + Dv::kDsOffset;  // dSᵀ [BK][BQ]
+  // Bulk mode: kDqStages staging tiles [BQ][kDqRowFloats] f32 of the dQ partials.
+  float* const dq_stage = reinterpret_cast<float*>(smem + Dv::kDqOffset);
+  constexpr int kDqStages = kAdd == DqAdd::bulk ? Dv::kDqStages : 1;
+  constexpr int kDqTileFloats = BQ * Dv::kDqRowFloats;
 
   const FwdParams& f = p.f;
   const int group = f.group;
@@ -150,11 +211,21 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   const T* do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
   T* dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
   T* dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // This block's dQ slice, rows of (batch, head) h at dq_slice + h * rows_pad * D.
   float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +
-                          batch * f.heads_q * (int64_t)rows_pad * D;
+                          batch * f.heads_q * (int64_t)rows_pad * Dv::kDqRowFloats;
+  // Bulk mode: the partial of the previous step waits in its staging tile until the next
+  // barrier, after which thread 0 hands it to the copy engine.
+  float* pending_dst = nullptr;
+  int pending_stage = 0;
+  auto issue_pending = [&] {
+    if (kAdd == DqAdd::bulk && tid == 0 && pending_dst != nullptr)
+      bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTileFloats),
+                      kDqTileFloats * 4);
+    pending_dst = nullptr;
+  };
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, tig = lane % 4;
 
   // ldmatrix lane patterns (see LdsmAddr): K/V rows as A operand; Q/dO as B operand
@@ -217,6 +288,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
       const int q0 = (qt_begin + step % tiles_per_head) * BQ;
       cp_async_wait<0>();
       __syncthreads();  // this stage visible to all; every warp is done with the other one
+      if constexpr (kDoDq) issue_pending();  // the last step's dQ staging tile is complete
       if (step + 1 < steps) load_step(step + 1, stage ^ 1);
       cp_async_commit();
 
@@ -338,9 +410,23 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 
       // ---- dQ(rows q0..q0+BQ of `head`) += dS·K (every warp) --------------------------
       if constexpr (kDoDq) {
+        // The staging tile this step writes was handed to the copy engine kDqStages steps
+        // ago: thread 0 waits for that read before the barrier releases the writers.
+        if (kAdd == DqAdd::bulk && tid == 0) bulk_wait_read<kDqStages - 1>();
         __syncthreads();  // the whole dSᵀ tile is written
-        accumulate_dq<T, C>(dq_slice + ((int64_t)head * rows_pad + q0) * D, smem_addr(ds_tile), sK);
+        const int dq_st = step % kDqStages;
+        float* const dst = dq_slice + ((int64_t)head * rows_pad + q0) * Dv::kDqRowFloats;
+        dq_partial<T, C, kAdd>(dst, dq_stage + dq_st * kDqTileFloats, smem_addr(ds_tile), sK);
+        pending_dst = dst;
+        pending_stage = dq_st;
       }
+    }
+    if constexpr (kDoDq && kAdd == DqAdd::bulk) {
+      __syncthreads();  // the last staging tile is complete
+      issue_pending();
+      // Every add of this key block is performed before the next one's start: a slice
+      // element then receives its adds in program order (bitwise-reproducible sums).
+      if (tid == 0) bulk_wait_all();
     }
 
     // ---- store dK·scale and dV (rows past seqlen_kv and columns past the dims dropped) --
@@ -366,11 +452,11 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   }
 }
 
-template <class T, class C, KvRole kRole>
+template <class T, class C, KvRole kRole, DqAdd kAdd>
 void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2, const float* delta,
                         int rows_pad, cudaStream_t stream) {
   using Dv = BwdKvDerived<C>;
-  constexpr auto kernel = bwd_kv_kernel<T, C, kRole>;
+  constexpr auto kernel = bwd_kv_kernel<T, C, kRole, kAdd>;
   set_max_dynamic_smem_once<kernel>(Dv::kSmemBytes);
   // One-dimensional grid of dq_splits * (batches * kv heads) < 2^31 blocks per launch.
   const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
@@ -383,14 +469,37 @@ void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2, c
   }
 }
 
+// FLASH_BWD_DQ_ADD=red|none (experiments, head dims 64 and 128): per-thread atomics, or
+// no dQ add at all (wrong dQ; shows what the add costs). Read once.
+inline DqAdd bwd_dq_add_override(DqAdd fallback) {
+  static const char* env = std::getenv("FLASH_BWD_DQ_ADD");
+  if (env == nullptr) return fallback;
+  if (std::strcmp(env, "red") == 0) return DqAdd::red;
+  if (std::strcmp(env, "none") == 0) return DqAdd::none;
+  return fallback;
+}
+
 template <class T, class C>
 void launch_bwd_kv(const BwdParams& p, int batch, const float* lse2, const float* delta,
                    int rows_pad, cudaStream_t stream) {
-  if constexpr (C::kDim > kBwdMaxUnsplitDim) {  // dV pass (Sᵀ, dV), then dK pass
-    launch_bwd_kv_role<T, C, KvRole::dv>(p, batch, lse2, delta, rows_pad, stream);
-    launch_bwd_kv_role<T, C, KvRole::dk>(p, batch, lse2, delta, rows_pad, stream);
+  constexpr DqAdd kAdd = BwdKvDerived<C>::kDqStages > 0 ? DqAdd::bulk : DqAdd::red;
+  if constexpr (C::kDim > kBwdMaxUnsplitDim) {  // dV pass (Sᵀ, dV), then dK + dQ pass
+    launch_bwd_kv_role<T, C, KvRole::dv, kAdd>(p, batch, lse2, delta, rows_pad, stream);
+    launch_bwd_kv_role<T, C, KvRole::dk, kAdd>(p, batch, lse2, delta, rows_pad, stream);
+  } else if constexpr (C::kDim == 64 || C::kDim == 128) {
+    switch (bwd_dq_add_override(kAdd)) {
+      case DqAdd::red:
+        return launch_bwd_kv_role<T, C, KvRole::both, DqAdd::red>(p, batch, lse2, delta, rows_pad,
+                                                                  stream);
+      case DqAdd::none:
+        return launch_bwd_kv_role<T, C, KvRole::both, DqAdd::none>(p, batch, lse2, delta, rows_pad,
+                                                                   stream);
+      default:
+        return launch_bwd_kv_role<T, C, KvRole::both, kAdd>(p, batch, lse2, delta, rows_pad,
+                                                            stream);
+    }
   } else {
-    launch_bwd_kv_role<T, C, KvRole::both>(p, batch, lse2, delta, rows_pad, stream);
+    launch_bwd_kv_role<T, C, KvRole::both, kAdd>(p, batch, lse2, delta, rows_pad, stream);
   }
 }
 
