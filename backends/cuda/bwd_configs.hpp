@@ -37,10 +37,9 @@ struct BwdKvConfig;
 // min blocks caps registers (4 blocks x 128 threads -> 128 registers). Sweep of
 // 2026-11-21 in bench/RESULTS.md. A tuning build may predefine one of these
 // macros (in a header: nvcc splits command-line -D values at commas), or pick a set.
-#if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 1  // 128-key blocks
-#define FLASH_BWD_KV_TUNE_64 8, 1, 32, 2
-#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
+// 2026-11-22, dQ fused: 128-key blocks (8 warps) beat 64-key blocks by 1.15-1.5x at
+// D = 64 and 128 (half the dQ partials per FLOP); sets 2 and 3 are the runners-up.
+#if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
@@ -51,13 +50,13 @@ struct BwdKvConfig;
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
 #endif
 #ifndef FLASH_BWD_KV_TUNE_64
-#define FLASH_BWD_KV_TUNE_64 4, 1, 32, 4
+#define FLASH_BWD_KV_TUNE_64 8, 1, 32, 2
 #endif
 #ifndef FLASH_BWD_KV_TUNE_96
 #define FLASH_BWD_KV_TUNE_96 4, 1, 32, 2
 #endif
 #ifndef FLASH_BWD_KV_TUNE_128
-#define FLASH_BWD_KV_TUNE_128 4, 1, 32, 2
+#define FLASH_BWD_KV_TUNE_128 8, 1, 32, 1
 #endif
 // Past 128 (two dK/dV passes): 4 warps, small query / key tiles to keep two blocks per SM
 // within the register and shared-memory budgets (load_tile_async needs rows x D/8
