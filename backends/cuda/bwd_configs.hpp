@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace flash::cuda {
@@ -117,6 +118,58 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
+// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128: one warpgroup per block
+// owns kBlockKV = 64 keys (wgmma's m64); query tiles of kBlockQ = 32 (dSᵀ rows of 64 bytes,
+// the 64-byte swizzle). kMinBlocks per SM caps the registers (dK, dV: D/2 each).
+template <int kDim>
+struct BwdWgmmaConfig;
+#define FLASH_BWD_WGMMA_CONFIG(D, MINB)                                            \
+  template <>                                                                      \
+  struct BwdWgmmaConfig<D> {                                                       \
+    static constexpr int kDim = D, kBlockKV = 64, kBlockQ = 32, kMinBlocks = MINB; \
+    static constexpr const char* kName = "wgmma_bwd_d" #D "_k64_q32_b" #MINB;      \
+  };
+FLASH_BWD_WGMMA_CONFIG(64, 3)
+FLASH_BWD_WGMMA_CONFIG(128, 2)
+#undef FLASH_BWD_WGMMA_CONFIG
+
+// Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
+// [D/64][64 rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, the dSᵀ
+// tile (SW64 [64][32]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment slack.
+template <class C>
+struct BwdWgmmaLayout {
+  static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
+  static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
+  static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
+  static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
+  static constexpr int kDs = kStage + 2 * kStageBytes;
+  static constexpr int kDq = kDs + BK * BQ * 2;
+  static constexpr int kDqRowFloats = D + 8, kDqStages = 2;
+  static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
+  static_assert(BK == 64 && BQ == 32, "m64 warpgroup; dSᵀ rows of 64 bytes (SW64)");
+  static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
+  static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0, "swizzle bases");
+  static_assert(kDqRowFloats == BwdKvDerived<BwdKvConfig<D>>::kDqRowFloats,
+                "one dQ accumulator layout for both backward kernels");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
+};
+
+// The wgmma kernel runs where its sm_90a code exists: compute capability 9.0 and a build
+// with the 90a target (FLASHATTN_CUDA_SM90A). FLASH_CUDA_BWD=mma forces the mma.sync kernel
+// (to test the path other GPUs take).
+inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
+#ifdef FLASHATTN_CUDA_SM90A
+  static const bool forced_mma = [] {
+    const char* e = std::getenv("FLASH_CUDA_BWD");
+    return e != nullptr && std::string(e) == "mma";
+  }();
+  return !is_f32 && (dim == 64 || dim == 128) && cc_major == 9 && cc_minor == 0 && !forced_mma;
+#else
+  (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor;
+  return false;
+#endif
+}
+
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows
 // for dK/dV), the other side in tiles of 32 (one per lane), kWarps warps per block.
 struct BwdSimtConfig {
@@ -154,7 +207,7 @@ BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, in
                           int64_t seqlen_q, int64_t seqlen_kv, int sms) {
   BwdDqPlan plan;
   const int64_t kv_blocks = std::max<int64_t>(1, (seqlen_kv + C::kBlockKV - 1) / C::kBlockKV);
-  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * BwdKvDerived<C>::kDqRowFloats;
+  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * (C::kDim + 8);  // kDqRowFloats
   if (!deterministic) {  // one block per key block, all adding into one slice
     plan.splits = (int)kv_blocks;
     plan.slices = 1;
@@ -171,10 +224,15 @@ BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, in
   return plan;
 }
 // f32 (SIMT path) needs no dQ accumulator: slices = 0.
-inline BwdDqPlan bwd_dq_plan(bool is_f32, int dim, bool deterministic, int64_t batch,
+inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministic, int64_t batch,
                              int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv,
                              int sms) {
   if (is_f32) return {};
+  if (wgmma)
+    return dim == 64 ? bwd_dq_plan_for<BwdWgmmaConfig<64>>(deterministic, batch, heads_q, heads_kv,
+                                                           seqlen_q, seqlen_kv, sms)
+                     : bwd_dq_plan_for<BwdWgmmaConfig<128>>(deterministic, batch, heads_q, heads_kv,
+                                                            seqlen_q, seqlen_kv, sms);
   switch (dim) {
 #define FLASH_BWD_PLAN(D)                                                                     \
   case D:                                                                                     \
@@ -198,8 +256,9 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 
 // Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the
 // SIMT path. Past kBwdMaxUnsplitDim the kernel runs twice (dV pass, dK + dQ pass).
-inline std::string bwd_config_name(bool is_f32, int dim) {
+inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
+  if (wgmma) return dim == 64 ? BwdWgmmaConfig<64>::kName : BwdWgmmaConfig<128>::kName;
   const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
@@ -213,7 +272,10 @@ inline std::string bwd_config_name(bool is_f32, int dim) {
   }
   return "";
 }
-inline int bwd_smem_bytes(bool is_f32, int dim) {
+inline int bwd_smem_bytes(bool is_f32, bool wgmma, int dim) {
+  if (!is_f32 && wgmma)
+    return dim == 64 ? BwdWgmmaLayout<BwdWgmmaConfig<64>>::kSmemBytes
+                     : BwdWgmmaLayout<BwdWgmmaConfig<128>>::kSmemBytes;
   switch (dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \

@@ -11,6 +11,7 @@
 #include "bwd_f32_kernel.cuh"
 #include "bwd_kv_kernel.cuh"
 #include "bwd_preprocess.cuh"
+#include "bwd_wgmma_kernel.cuh"
 
 namespace flash::cuda {
 
@@ -26,7 +27,14 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
     cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * p.dq_slices * p.dq_slice_floats, stream);
-    launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+    if constexpr (kDim == 64 || kDim == 128) {
+      if (p.wgmma)
+        launch_bwd_wgmma<T, BwdWgmmaConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+      else
+        launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+    } else {
+      launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
+    }
     launch_bwd_dq_convert<T, kDim>(p, batch, rows_pad, stream);
   }
 }

@@ -57,7 +57,8 @@ std::string fwd_config_name(const flash_problem& p) {
     name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; \
     break;
     CASE(32)
-    CASE(64) CASE(96) CASE(128) CASE(160) CASE(192)
+    CASE(64)
+    CASE(96) CASE(128) CASE(160) CASE(192)
 #undef CASE
         case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
     break;
@@ -341,8 +342,9 @@ struct CudaBackend {
       const bool is_f32 = p.dtype == FLASH_F32;
       const int dim = tile_dim(p);
       const DeviceInfo d = current_device();
-      const int smem = bwd_smem_bytes(is_f32, dim);
-      const std::string name = bwd_config_name(is_f32, dim) + " " + dtype_name(p.dtype);
+      const bool wgmma = bwd_wgmma_usable(is_f32, dim, d.major, d.minor);
+      const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
+      const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype);
       if (smem > d.smem_optin)
         return Choice::decline("cuda backend: backward tile config " + name + " needs " +
                                std::to_string(smem) + " bytes of shared memory, device " + d.name +
@@ -479,9 +481,11 @@ struct CudaBackend {
     // same stream must not refill the workspace in between (stream order does the rest).
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
+    const DeviceInfo device = current_device();
+    b.wgmma = bwd_wgmma_usable(p.dtype == FLASH_F32, dim, device.major, device.minor);
     const BwdDqPlan plan =
-        bwd_dq_plan(p.dtype == FLASH_F32, dim, p.nondeterministic == 0, p.batch, p.heads_q,
-                    p.heads_kv, p.seqlen_q, p.seqlen_kv, current_device().sms);
+        bwd_dq_plan(p.dtype == FLASH_F32, b.wgmma, dim, p.nondeterministic == 0, p.batch, p.heads_q,
+                    p.heads_kv, p.seqlen_q, p.seqlen_kv, device.sms);
     const LockedBuffer workspace = lock_device_buffer(
         stream, BufferPurpose::workspace,
         sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q, plan));

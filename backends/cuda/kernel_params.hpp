@@ -54,6 +54,7 @@ struct BwdParams {
   int64_t dq_slice_floats;
   int dq_splits, dq_slices;
   bool dq_exclusive;
+  bool wgmma;  // sm_90a kernel (bwd_wgmma_usable), else the mma.sync one
 };
 
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.

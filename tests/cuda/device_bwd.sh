@@ -18,9 +18,9 @@ if has build; then
   sed -i "s|^prefix=.*|prefix=$root/.carry/hwy/usr|" "$PKG_CONFIG_PATH"/*.pc 2>/dev/null || true
   { cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CPU=OFF \
       -DFLASHATTN_CUDA=ON -DFLASHATTN_HIP=OFF -DFLASHATTN_BENCH=OFF \
-      -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} &&
+      -DCMAKE_CUDA_ARCHITECTURES=90a ${CMAKE_EXTRA:-} &&
     cmake --build build-device -j16 --target flashattn_tests flashattn_cuda \
-      cuda_backward_check cuda_backward_bench; } > "$OUT/build.log" 2>&1 ||
+      cuda_backward_check cuda_backward_bench wgmma_check; } > "$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
   echo "build ok"
 fi
@@ -80,7 +80,7 @@ if has variants; then
   IFS=';' read -ra vs <<< "${VARIANTS:-}"
   for v in "${vs[@]}"; do
     name=${v%%:*}; defs=${v#*:}
-    ( cmake -S backends/cuda -B build-var-$name -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 \
+    ( cmake -S backends/cuda -B build-var-$name -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
         "-DCMAKE_CUDA_FLAGS=$defs" > "$OUT/var-$name.log" 2>&1 &&
       cmake --build build-var-$name -j8 --target flashattn_cuda cuda_backward_bench \
         >> "$OUT/var-$name.log" 2>&1 || echo "variant $name failed to build" ) &

@@ -10,7 +10,7 @@ BUILD=build-device-cuda
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 if has build; then
-  cmake -S backends/cuda -B $BUILD -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
+  cmake -S backends/cuda -B $BUILD -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/build.log" 2>&1 &&
     cmake --build $BUILD -j16 >> "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
   echo "build ok"
 fi

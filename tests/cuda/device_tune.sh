@@ -12,7 +12,7 @@ for v in "${vs[@]}"; do
     else echo "#define FLASH_FWD_TUNE_${t%%=*} ${t#*=}" >> "$hdr"; fi
   done
   flags="-include $hdr"
-  ( cmake -S backends/cuda -B build-tune-$name -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 \
+  ( cmake -S backends/cuda -B build-tune-$name -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
       "-DCMAKE_CUDA_FLAGS=$flags" > "$OUT/tune-build-$name.log" 2>&1 &&
     cmake --build build-tune-$name -j8 --target flashattn_cuda cuda_module_bench >> "$OUT/tune-build-$name.log" 2>&1 ||
     echo "build $name failed" ) &

@@ -1,0 +1,289 @@
+// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64 and 128): dK,
+// dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
+//
+// A block is one warpgroup (4 warps) owning kBlockKV = 64 keys of one (batch, kv head);
+// warp w holds keys 16w..16w+15 of every 64-row accumulator. K and V stay in shared
+// memory (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the
+// block walks the query tiles (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
+//   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
+//   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, A = Pᵀ / dSᵀ from registers, B MN-major
+//   dQᵀ = Kᵀ·dSᵀ                  wgmma (D/64) x m64 x BQ, dSᵀ via shared memory (64-byte
+//                                 swizzle), both operands MN-major
+//   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
+// The dQ accumulation, its deterministic split slices and the key-block walk are those of
+// bwd_kv_kernel.cuh (BwdParams::dq_*); bwd_dq_convert sums the slices.
+//
+// Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
+// products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
+// Measured: bench/RESULTS.md ("cuda backward"). How to run: tests/cuda/device_bwd.sh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "bwd_kv_kernel.cuh"
+#include "wgmma_ops.cuh"
+
+namespace flash::cuda {
+
+template <class T, class C>
+__global__ void __launch_bounds__(128, C::kMinBlocks)
+    bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
+                     const float* __restrict__ delta, int rows_pad) {
+#if FLASH_WGMMA_AVAILABLE
+  using L = BwdWgmmaLayout<C>;
+  constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
+  constexpr int kThreads = 128, kChunks = D / 8;
+  constexpr int NJ = BQ / 8;   // n8 blocks of the Sᵀ accumulator
+  constexpr int KS = BQ / 16;  // k16 steps of dV / dK
+  constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
+
+  extern __shared__ unsigned char smem_raw[];
+  // wgmma's swizzle patterns repeat every 1024 bytes: align the window (slack included).
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023) & ~1023u;
+  unsigned char* const smem = smem_raw + (base - raw);
+  const uint32_t sK = base + L::kK, sV = base + L::kV, sDs = base + L::kDs;
+  float* const dq_stage = reinterpret_cast<float*>(smem + L::kDq);
+
+  const FwdParams& f = p.f;
+  const int group = f.group;
+  const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
+  const int num_kv_blocks = (skv + BK - 1) / BK;
+  const int splits = p.dq_splits;
+  const int bh_count = gridDim.x / splits;
+  const int split = blockIdx.x / bh_count, bh = blockIdx.x % bh_count;
+  const int kv_head = bh % p.heads_kv;
+  const int64_t batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
+
+  const T* k = static_cast<const T*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+  const T* v = static_cast<const T*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const T* q_batch = static_cast<const T*>(f.q) + batch * f.q_stride[0];
+  const T* do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
+  T* dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+  T* dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, tig = lane % 4;
+  float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +
+                          batch * f.heads_q * (int64_t)rows_pad * kDqRow;
+  float* pending_dst = nullptr;  // see bwd_kv_kernel.cuh: issued after the next barrier
+  int pending_stage = 0;
+  auto issue_pending = [&] {
+    if (tid == 0 && pending_dst != nullptr)
+      bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
+    pending_dst = nullptr;
+  };
+
+  const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
+
+  for (int round = 0; round * splits < num_kv_blocks; ++round) {
+    const int kv_block = round * splits + ((round & 1) ? splits - 1 - split : split);
+    if (kv_block >= num_kv_blocks) continue;
+    const int k0 = kv_block * BK;
+    const int kw0 = k0 + warp * 16;  // this warp's first key row
+
+    const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
+    const int qt_begin = rows.begin / BQ;
+    const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
+    const int steps = tiles_per_head * group;
+
+    auto load_step = [&](int step, int stage) {
+      const int head = kv_head * group + step / tiles_per_head;
+      const int q0 = (qt_begin + step % tiles_per_head) * BQ;
+      const uint32_t st = base + L::kStage + stage * L::kStageBytes;
+      load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
+                                              sq, f.head_dim);
+      load_sw128_async<BQ, kChunks, kThreads>(st + L::kTileQ, do_batch + head * f.o_stride[2],
+                                              f.o_stride[1], q0, sq, f.head_dim_v);
+      const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
+      float* fl =
+          reinterpret_cast<float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
+      load_floats_async(fl, lse2 + row_off, BQ, 0);
+      load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
+    };
+
+    float acc_dk[D / 2], acc_dv[D / 2];  // 64 x D accumulators, this thread's part
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+    __syncthreads();  // every warp is done with the previous key block's tiles
+    if (steps > 0) {
+      load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
+      load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+      load_step(0, 0);
+      cp_async_commit();
+    }
+
+    for (int step = 0; step < steps; ++step) {
+      const int stage = step & 1;
+      const int head = kv_head * group + step / tiles_per_head;
+      const int q0 = (qt_begin + step % tiles_per_head) * BQ;
+      cp_async_wait<0>();
+      fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
+      __syncthreads();           // this stage visible to all; the other one is free
+      issue_pending();           // the last step's dQ staging tile is complete
+      if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+      cp_async_commit();
+      const uint32_t sQ = base + L::kStage + stage * L::kStageBytes, sDo = sQ + L::kTileQ;
+
+      // ---- Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the
+      // kk/4-th 64-column atom) ------------------------------------------------------------
+      float s[BQ / 2], dp[BQ / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
+        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
+        wgmma_ss<T, BQ, 0, 0>(s, gmma_desc(sK + off_k, 16, 1024, kGmmaSwizzle128),
+                              gmma_desc(sQ + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
+        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
+        wgmma_ss<T, BQ, 0, 0>(dp, gmma_desc(sV + off_k, 16, 1024, kGmmaSwizzle128),
+                              gmma_desc(sDo + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+
+      // ---- Pᵀ and dSᵀ (rows = keys, columns = queries) ----------------------------------
+      const float* sl =
+          reinterpret_cast<const float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
+      const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
+        const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float ds;
+          float pv = grad.template operator()<false>(
+              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
+          if (!full) {
+            const int row = q0 + j * 8 + tig * 2 + (e & 1);
+            const int key = kw0 + g + (e >= 2 ? 8 : 0);
+            if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+          }
+          s[4 * j + e] = pv;
+          dp[4 * j + e] = ds;
+        }
+      }
+      // Columns 16kk..16kk+15 of Pᵀ / dSᵀ = the A fragment of k16 step kk.
+      uint32_t pf[KS][4], df[KS][4];
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+        df[kk][0] = pack2<T>(dp[8 * kk + 0], dp[8 * kk + 1]);
+        df[kk][1] = pack2<T>(dp[8 * kk + 2], dp[8 * kk + 3]);
+        df[kk][2] = pack2<T>(dp[8 * kk + 4], dp[8 * kk + 5]);
+        df[kk][3] = pack2<T>(dp[8 * kk + 6], dp[8 * kk + 7]);
+      }
+      // dSᵀ to shared memory for dQ: rows g / g+8 of this warp, columns 16kk + 8·(r/2) + 2·tig.
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
+          const uint32_t addr = sw64_addr(sDs, row, col / 8) + (col % 8) * 2;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
+        }
+
+      // ---- dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO =
+      // the next 64 columns, BQ rows further) ------------------------------------------------
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk)
+        wgmma_rs<T, D, 1>(acc_dv, pf[kk],
+                          gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk)
+        wgmma_rs<T, D, 1>(acc_dk, df[kk],
+                          gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
+      wgmma_commit();
+
+      // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
+      fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
+      // The dQ staging tile written below was handed to the copy engine two steps ago.
+      if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
+      __syncthreads();  // the whole dSᵀ tile is written
+      float dq[D / 64][BQ / 2];
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h)
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+          wgmma_ss<T, BQ, 1, 1>(
+              dq[h], gmma_desc(sK + h * BK * 128 + kk * 2048, BK * 128, 1024, kGmmaSwizzle128),
+              gmma_desc(sDs + kk * 16 * 64, BK * 64, 512, kGmmaSwizzle64), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h) wgmma_fence_operands(dq[h]);
+
+      // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
+      const int dq_st = step % L::kDqStages;
+      float* const stg = dq_stage + dq_st * kDqTile;
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * h + warp * 16 + g + (e >= 2 ? 8 : 0)] =
+                dq[h][4 * j + e];
+      bulk_fence_writes();
+      pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
+      pending_stage = dq_st;
+    }
+    __syncthreads();  // the last staging tile is complete
+    issue_pending();
+    if (tid == 0) bulk_wait_all();  // this key block's adds precede the next one's
+    wgmma_fence_operands(acc_dk);
+    wgmma_fence_operands(acc_dv);
+
+    // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = kw0 + g + hr * 8;
+      if (row >= skv) continue;
+      T* dk_row = dk + (int64_t)row * f.k_stride[1];
+      T* dv_row = dv + (int64_t)row * f.v_stride[1];
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = j * 8 + tig * 2;
+        if (col < f.head_dim)
+          *reinterpret_cast<uint32_t*>(dk_row + col) =
+              pack2<T>(acc_dk[4 * j + 2 * hr] * f.scale, acc_dk[4 * j + 2 * hr + 1] * f.scale);
+        if (col < f.head_dim_v)
+          *reinterpret_cast<uint32_t*>(dv_row + col) =
+              pack2<T>(acc_dv[4 * j + 2 * hr], acc_dv[4 * j + 2 * hr + 1]);
+      }
+    }
+  }
+#else
+  __trap();  // chosen only where sm_90a code exists (bwd_wgmma_usable)
+#endif
+}
+
+template <class T, class C>
+void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
+                      int rows_pad, cudaStream_t stream) {
+  using L = BwdWgmmaLayout<C>;
+  constexpr auto kernel = bwd_wgmma_kernel<T, C>;
+  set_max_dynamic_smem_once<kernel>(L::kSmemBytes);
+  const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
+  const int chunk = (int)std::max<int64_t>(1, std::min<int64_t>(batch, INT32_MAX / per_batch));
+  BwdParams p = params;
+  for (int b0 = 0; b0 < batch; b0 += chunk) {
+    p.f.batch_offset = b0;
+    const int64_t blocks = per_batch * std::min(batch - b0, chunk);
+    kernel<<<(unsigned)blocks, 128, L::kSmemBytes, stream>>>(p, lse2, delta, rows_pad);
+  }
+}
+
+}  // namespace flash::cuda
