@@ -201,6 +201,8 @@ constexpr int64_t kBwdDqSliceCapBytes = int64_t{2} << 30;
 struct BwdDqPlan {
   int splits = 1, slices = 0;
   int64_t slice_floats = 0;
+  bool ordered = false;  // one slice, adds per query tile in key-block order (counters)
+  int64_t counters = 0;  // one per (batch, head, query tile)
 };
 template <class C>
 BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, int64_t heads_kv,
@@ -228,11 +230,15 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
                              int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv,
                              int sms) {
   if (is_f32) return {};
-  if (wgmma)
-    return dim == 64 ? bwd_dq_plan_for<BwdWgmmaConfig<64>>(deterministic, batch, heads_q, heads_kv,
-                                                           seqlen_q, seqlen_kv, sms)
-                     : bwd_dq_plan_for<BwdWgmmaConfig<128>>(deterministic, batch, heads_q, heads_kv,
-                                                            seqlen_q, seqlen_kv, sms);
+  if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
+    BwdDqPlan plan = dim == 64 ? bwd_dq_plan_for<BwdWgmmaConfig<64>>(
+                                     false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms)
+                               : bwd_dq_plan_for<BwdWgmmaConfig<128>>(
+                                     false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms);
+    plan.ordered = deterministic;
+    plan.counters = deterministic ? batch * heads_q * (bwd_rows_pad(seqlen_q) / 32) : 0;
+    return plan;
+  }
   switch (dim) {
 #define FLASH_BWD_PLAN(D)                                                                     \
   case D:                                                                                     \
@@ -247,11 +253,13 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
   return {};
 }
 
-// Workspace floats: Δ and lse, [batch, heads_q, rows_pad] each, then the dQ slices.
+// Workspace floats: Δ and lse, [batch, heads_q, rows_pad] each, then the dQ slices, then
+// the ordered mode's counters (4 bytes each).
 // O(rows · dim · slices), never N².
 inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q,
                                     const BwdDqPlan& plan) {
-  return 2 * batch * heads_q * bwd_rows_pad(seqlen_q) + plan.slices * plan.slice_floats;
+  return 2 * batch * heads_q * bwd_rows_pad(seqlen_q) + plan.slices * plan.slice_floats +
+         plan.counters;
 }
 
 // Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the

@@ -26,6 +26,31 @@
 
 namespace flash::cuda {
 
+// ---- ordered dQ accumulation (deterministic mode) ---------------------------------------
+// Adds into query tile t happen in key-block order: block j waits until the tile's counter
+// equals its rank among the key blocks that see t, adds, and after the add has completed
+// increments the counter. A block only waits for lower-numbered blocks of its head (key
+// block slowest in the grid, so they were dispatched earlier), hence always progresses;
+// a spin limit traps instead of hanging if that ever fails.
+__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned value) {
+  for (long spins = 0;; ++spins) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    if (v == value) break;
+    if (spins > (1l << 30)) __trap();
+    __nanosleep(32);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // then the bulk add
+}
+__device__ __forceinline__ void release_counter(unsigned* counter) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the completed bulk add first
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_complete() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 template <class T, class C>
 __global__ void __launch_bounds__(128, C::kMinBlocks)
     bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
@@ -66,11 +91,26 @@ __global__ void __launch_bounds__(128, C::kMinBlocks)
   const int g = lane / 4, tig = lane % 4;
   float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +
                           batch * f.heads_q * (int64_t)rows_pad * kDqRow;
-  float* pending_dst = nullptr;  // see bwd_kv_kernel.cuh: issued after the next barrier
+  // The dQ partial of a step waits in its staging tile until the next barrier; then thread
+  // 0 hands it to the copy engine (ordered mode: in turn, see wait_counter) and releases
+  // the previous add's counter once that add has completed.
+  float* pending_dst = nullptr;
   int pending_stage = 0;
+  unsigned* pending_counter = nullptr;
+  unsigned pending_rank = 0;
+  unsigned* unreleased = nullptr;  // counter of the add issued one step earlier
   auto issue_pending = [&] {
-    if (tid == 0 && pending_dst != nullptr)
+    if (tid == 0 && pending_dst != nullptr) {
+      if (p.dq_ordered) wait_counter(pending_counter, pending_rank);
       bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
+      if (p.dq_ordered) {
+        if (unreleased != nullptr) {
+          bulk_wait_complete<1>();  // every add but the one just issued has completed
+          release_counter(unreleased);
+        }
+        unreleased = pending_counter;
+      }
+    }
     pending_dst = nullptr;
   };
 
@@ -239,10 +279,20 @@ __global__ void __launch_bounds__(128, C::kMinBlocks)
       bulk_fence_writes();
       pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
       pending_stage = dq_st;
+      if (p.dq_ordered && tid == 0) {
+        const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
+        const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
+        pending_counter = p.dq_counters + tile;
+        pending_rank = (unsigned)(kv_block - keys.begin / BK);
+      }
     }
     __syncthreads();  // the last staging tile is complete
     issue_pending();
-    if (tid == 0) bulk_wait_all();  // this key block's adds precede the next one's
+    if (tid == 0) {
+      bulk_wait_all();  // this key block's adds precede the next one's
+      if (unreleased != nullptr) release_counter(unreleased);
+      unreleased = nullptr;
+    }
     wgmma_fence_operands(acc_dk);
     wgmma_fence_operands(acc_dv);
 

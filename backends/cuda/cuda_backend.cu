@@ -58,7 +58,8 @@ std::string fwd_config_name(const flash_problem& p) {
     break;
     CASE(32)
     CASE(64)
-    CASE(96) CASE(128) CASE(160) CASE(192)
+    CASE(96)
+    CASE(128) CASE(160) CASE(192)
 #undef CASE
         case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
     break;
@@ -494,7 +495,9 @@ struct CudaBackend {
     b.dq_slice_floats = plan.slice_floats;
     b.dq_splits = plan.splits;
     b.dq_slices = plan.slices;
-    b.dq_exclusive = p.nondeterministic == 0;
+    b.dq_exclusive = p.nondeterministic == 0 && !plan.ordered;
+    b.dq_ordered = plan.ordered;
+    b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
     switch (p.dtype) {
       case FLASH_F32:
         dispatch_backward<Dtype::f32>(dim, b, batch, stream);

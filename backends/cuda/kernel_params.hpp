@@ -54,6 +54,10 @@ struct BwdParams {
   int64_t dq_slice_floats;
   int dq_splits, dq_slices;
   bool dq_exclusive;
+  // Ordered mode (sm_90a kernel, deterministic): one slice; the adds into each query tile
+  // happen in key-block order, counted per (batch, head, query tile) in dq_counters.
+  bool dq_ordered;
+  unsigned* dq_counters;
   bool wgmma;  // sm_90a kernel (bwd_wgmma_usable), else the mma.sync one
 };
 
