@@ -43,9 +43,11 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
+#define FLASH_BWD_WGMMA_TUNE_128 1, 2
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
+#define FLASH_BWD_WGMMA_TUNE_64 1, 2
 #endif
 #ifndef FLASH_BWD_KV_TUNE_32
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
@@ -79,7 +81,6 @@ FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 128, FLASH_BWD_KV_TUNE_128)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 160, FLASH_BWD_KV_TUNE_160)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 192, FLASH_BWD_KV_TUNE_192)
 FLASH_BWD_CONFIG_X(FLASH_BWD_KV_CONFIG, 256, FLASH_BWD_KV_TUNE_256)
-#undef FLASH_BWD_CONFIG_X
 #undef FLASH_BWD_KV_CONFIG
 
 // Largest tile head dim whose dK and dV accumulators (16 rows x D f32 each per warp,
@@ -118,24 +119,33 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128: one warpgroup per block
-// owns kBlockKV = 64 keys (wgmma's m64); query tiles of kBlockQ = 32 (dSᵀ rows of 64 bytes,
-// the 64-byte swizzle). kMinBlocks per SM caps the registers (dK, dV: D/2 each).
+// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128: kWarpGroups warpgroups per
+// block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
+// (dSᵀ rows of 64 bytes, the 64-byte swizzle). kMinBlocks per SM caps the registers (dK,
+// dV: D/2 each per thread).
 template <int kDim>
 struct BwdWgmmaConfig;
-#define FLASH_BWD_WGMMA_CONFIG(D, MINB)                                            \
-  template <>                                                                      \
-  struct BwdWgmmaConfig<D> {                                                       \
-    static constexpr int kDim = D, kBlockKV = 64, kBlockQ = 32, kMinBlocks = MINB; \
-    static constexpr const char* kName = "wgmma_bwd_d" #D "_k64_q32_b" #MINB;      \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, MINB)                                            \
+  template <>                                                                          \
+  struct BwdWgmmaConfig<D> {                                                           \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = 32; \
+    static constexpr int kMinBlocks = MINB;                                            \
+    static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q32_b" #MINB;    \
   };
-FLASH_BWD_WGMMA_CONFIG(64, 3)
-FLASH_BWD_WGMMA_CONFIG(128, 2)
+#ifndef FLASH_BWD_WGMMA_TUNE_64
+#define FLASH_BWD_WGMMA_TUNE_64 1, 3
+#endif
+#ifndef FLASH_BWD_WGMMA_TUNE_128
+#define FLASH_BWD_WGMMA_TUNE_128 2, 1
+#endif
+FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
+FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
+#undef FLASH_BWD_CONFIG_X
 
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
-// [D/64][64 rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, the dSᵀ
-// tile (SW64 [64][32]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment slack.
+// [D/64][BK rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, the dSᵀ
+// tile (SW64 [BK][32]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment slack.
 template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
@@ -146,7 +156,7 @@ struct BwdWgmmaLayout {
   static constexpr int kDq = kDs + BK * BQ * 2;
   static constexpr int kDqRowFloats = D + 8, kDqStages = 2;
   static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
-  static_assert(BK == 64 && BQ == 32, "m64 warpgroup; dSᵀ rows of 64 bytes (SW64)");
+  static_assert(BK == 64 * C::kWarpGroups && BQ == 32, "m64 per warpgroup; dSᵀ rows of 64 B");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
   static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0, "swizzle bases");
   static_assert(kDqRowFloats == BwdKvDerived<BwdKvConfig<D>>::kDqRowFloats,

@@ -1,10 +1,11 @@
 // Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64 and 128): dK,
 // dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
 //
-// A block is one warpgroup (4 warps) owning kBlockKV = 64 keys of one (batch, kv head);
-// warp w holds keys 16w..16w+15 of every 64-row accumulator. K and V stay in shared
-// memory (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the
-// block walks the query tiles (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
+// A block is kWarpGroups warpgroups (4 warps each) owning kBlockKV = 64·kWarpGroups keys of
+// one (batch, kv head); warpgroup wg holds keys 64wg.., its warp w keys 16w..16w+15 of
+// every 64-row accumulator. The warpgroups share the Q / dO stages, and split dQᵀ's rows. K and V
+// stay in shared memory (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while
+// the block walks the query tiles (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, A = Pᵀ / dSᵀ from registers, B MN-major
@@ -52,13 +53,16 @@ __device__ __forceinline__ void bulk_wait_complete() {
 }
 
 template <class T, class C>
-__global__ void __launch_bounds__(128, C::kMinBlocks)
+__global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
                      const float* __restrict__ delta, int rows_pad) {
 #if FLASH_WGMMA_AVAILABLE
   using L = BwdWgmmaLayout<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
-  constexpr int kThreads = 128, kChunks = D / 8;
+  constexpr int kThreads = C::kWarpGroups * 128, kChunks = D / 8;
+  // dQᵀ's 64-row halves (of D) are shared out over the warpgroups.
+  constexpr int kHalves = D / 64 / C::kWarpGroups;
+  static_assert((D / 64) % C::kWarpGroups == 0, "whole dQᵀ halves per warpgroup");
   constexpr int NJ = BQ / 8;   // n8 blocks of the Sᵀ accumulator
   constexpr int KS = BQ / 16;  // k16 steps of dV / dK
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
@@ -89,6 +93,8 @@ __global__ void __launch_bounds__(128, C::kMinBlocks)
   T* dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, tig = lane % 4;
+  const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
+  const uint32_t wg_rows = wg * 64 * 128;     // its 64 key rows inside each K/V atom
   float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +
                           batch * f.heads_q * (int64_t)rows_pad * kDqRow;
   // The dQ partial of a step waits in its staging tile until the next barrier; then thread
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(128, C::kMinBlocks)
     const int kv_block = round * splits + ((round & 1) ? splits - 1 - split : split);
     if (kv_block >= num_kv_blocks) continue;
     const int k0 = kv_block * BK;
-    const int kw0 = k0 + warp * 16;  // this warp's first key row
+    const int kw0 = k0 + warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
 
     const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
     const int qt_begin = rows.begin / BQ;
@@ -174,14 +180,14 @@ __global__ void __launch_bounds__(128, C::kMinBlocks)
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
         const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-        wgmma_ss<T, BQ, 0, 0>(s, gmma_desc(sK + off_k, 16, 1024, kGmmaSwizzle128),
+        wgmma_ss<T, BQ, 0, 0>(s, gmma_desc(sK + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
                               gmma_desc(sQ + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
       }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
         const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-        wgmma_ss<T, BQ, 0, 0>(dp, gmma_desc(sV + off_k, 16, 1024, kGmmaSwizzle128),
+        wgmma_ss<T, BQ, 0, 0>(dp, gmma_desc(sV + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
                               gmma_desc(sDo + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
       }
       wgmma_commit();
@@ -251,31 +257,33 @@ __global__ void __launch_bounds__(128, C::kMinBlocks)
       fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
       // The dQ staging tile written below was handed to the copy engine two steps ago.
       if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
-      __syncthreads();  // the whole dSᵀ tile is written
-      float dq[D / 64][BQ / 2];
+      __syncthreads();            // the whole dSᵀ tile is written
+      float dq[kHalves][BQ / 2];  // halves wg·kHalves + i, over all BK keys
 #pragma unroll
-      for (int h = 0; h < D / 64; ++h)
+      for (int i = 0; i < kHalves; ++i)
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
-          wgmma_ss<T, BQ, 1, 1>(
-              dq[h], gmma_desc(sK + h * BK * 128 + kk * 2048, BK * 128, 1024, kGmmaSwizzle128),
-              gmma_desc(sDs + kk * 16 * 64, BK * 64, 512, kGmmaSwizzle64), kk > 0);
+          wgmma_ss<T, BQ, 1, 1>(dq[i],
+                                gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128,
+                                          1024, kGmmaSwizzle128),
+                                gmma_desc(sDs + kk * 16 * 64, BK * 64, 512, kGmmaSwizzle64),
+                                kk > 0);
       wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
 #pragma unroll
-      for (int h = 0; h < D / 64; ++h) wgmma_fence_operands(dq[h]);
+      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
 
       // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
       const int dq_st = step % L::kDqStages;
       float* const stg = dq_stage + dq_st * kDqTile;
 #pragma unroll
-      for (int h = 0; h < D / 64; ++h)
+      for (int i = 0; i < kHalves; ++i)
 #pragma unroll
         for (int j = 0; j < NJ; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * h + warp * 16 + g + (e >= 2 ? 8 : 0)] =
-                dq[h][4 * j + e];
+            stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * (wg * kHalves + i) + wwarp * 16 + g +
+                (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
       bulk_fence_writes();
       pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
       pending_stage = dq_st;
@@ -332,7 +340,8 @@ void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, con
   for (int b0 = 0; b0 < batch; b0 += chunk) {
     p.f.batch_offset = b0;
     const int64_t blocks = per_batch * std::min(batch - b0, chunk);
-    kernel<<<(unsigned)blocks, 128, L::kSmemBytes, stream>>>(p, lse2, delta, rows_pad);
+    kernel<<<(unsigned)blocks, C::kWarpGroups * 128, L::kSmemBytes, stream>>>(p, lse2, delta,
+                                                                              rows_pad);
   }
 }
 
