@@ -104,17 +104,20 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   int pending_stage = 0;
   unsigned* pending_counter = nullptr;
   unsigned pending_rank = 0;
-  unsigned* unreleased = nullptr;  // counter of the add issued one step earlier
+  // Counters of the two adds issued before the current one: an add's counter is released
+  // two steps after its issue, when it has surely completed, so the wait rarely stalls.
+  unsigned* unreleased[2] = {nullptr, nullptr};
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
       if (p.dq_ordered) wait_counter(pending_counter, pending_rank);
       bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
       if (p.dq_ordered) {
-        if (unreleased != nullptr) {
-          bulk_wait_complete<1>();  // every add but the one just issued has completed
-          release_counter(unreleased);
+        if (unreleased[0] != nullptr) {
+          bulk_wait_complete<2>();  // every add but the two latest has completed
+          release_counter(unreleased[0]);
         }
-        unreleased = pending_counter;
+        unreleased[0] = unreleased[1];
+        unreleased[1] = pending_counter;
       }
     }
     pending_dst = nullptr;
@@ -133,9 +136,12 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
     const int steps = tiles_per_head * group;
 
+    // Query tiles from the last one down: under a causal mask every key block sees the
+    // last tiles, so the blocks of a head meet at each tile in key-block order (the
+    // ordered dQ mode then rarely waits).
     auto load_step = [&](int step, int stage) {
       const int head = kv_head * group + step / tiles_per_head;
-      const int q0 = (qt_begin + step % tiles_per_head) * BQ;
+      const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
       const uint32_t st = base + L::kStage + stage * L::kStageBytes;
       load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
                                               sq, f.head_dim);
@@ -163,7 +169,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     for (int step = 0; step < steps; ++step) {
       const int stage = step & 1;
       const int head = kv_head * group + step / tiles_per_head;
-      const int q0 = (qt_begin + step % tiles_per_head) * BQ;
+      const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
       cp_async_wait<0>();
       fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
       __syncthreads();           // this stage visible to all; the other one is free
@@ -298,8 +304,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     issue_pending();
     if (tid == 0) {
       bulk_wait_all();  // this key block's adds precede the next one's
-      if (unreleased != nullptr) release_counter(unreleased);
-      unreleased = nullptr;
+      for (unsigned*& c : unreleased) {
+        if (c != nullptr) release_counter(c);
+        c = nullptr;
+      }
     }
     wgmma_fence_operands(acc_dk);
     wgmma_fence_operands(acc_dv);
