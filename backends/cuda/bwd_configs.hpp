@@ -43,11 +43,11 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 2, 1, 2
+#define FLASH_BWD_WGMMA_TUNE_128 1, 2
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
-#define FLASH_BWD_WGMMA_TUNE_64 1, 3, 2
+#define FLASH_BWD_WGMMA_TUNE_64 1, 2
 #endif
 #ifndef FLASH_BWD_KV_TUNE_32
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
@@ -125,19 +125,18 @@ struct BwdKvDerived {
 // dV: D/2 each per thread).
 template <int kDim>
 struct BwdWgmmaConfig;
-// kDqStages: shared-memory staging tiles of dQ partials (bwd_wgmma_kernel.cuh DqAddQueue).
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, MINB, STAGES)                                              \
-  template <>                                                                                    \
-  struct BwdWgmmaConfig<D> {                                                                     \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = 32;           \
-    static constexpr int kMinBlocks = MINB, kDqStages = STAGES;                                  \
-    static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q32_b" #MINB "_s" #STAGES; \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, MINB)                                            \
+  template <>                                                                          \
+  struct BwdWgmmaConfig<D> {                                                           \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = 32; \
+    static constexpr int kMinBlocks = MINB;                                            \
+    static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q32_b" #MINB;    \
   };
 #ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 1, 3, 3
+#define FLASH_BWD_WGMMA_TUNE_64 1, 3
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 1, 4
+#define FLASH_BWD_WGMMA_TUNE_128 2, 1
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
@@ -146,7 +145,7 @@ FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
 // [D/64][BK rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, the dSᵀ
-// tile (SW64 [BK][32]), kDqStages dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment slack.
+// tile (SW64 [BK][32]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment slack.
 template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
@@ -155,7 +154,7 @@ struct BwdWgmmaLayout {
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
   static constexpr int kDs = kStage + 2 * kStageBytes;
   static constexpr int kDq = kDs + BK * BQ * 2;
-  static constexpr int kDqRowFloats = D + 8, kDqStages = C::kDqStages;
+  static constexpr int kDqRowFloats = D + 8, kDqStages = 2;
   static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
   static_assert(BK == 64 * C::kWarpGroups && BQ == 32, "m64 per warpgroup; dSᵀ rows of 64 B");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");

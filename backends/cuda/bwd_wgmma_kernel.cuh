@@ -52,94 +52,6 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-__device__ __forceinline__ bool counter_is(const unsigned* counter, unsigned value) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-  if (v != value) return false;
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-  return true;
-}
-template <int kMax>
-__device__ __forceinline__ void bulk_wait_read_dynamic(long newer) {  // newer groups may pend
-  if (newer <= 0)
-    bulk_wait_read<0>();
-  else if (newer == 1 || kMax < 2)
-    bulk_wait_read<1>();
-  else
-    bulk_wait_read<2>();
-}
-
-// Thread 0's bookkeeping of the dQ partials: partials staged but not yet handed to the
-// copy engine (FIFO, at most kStages, one per staging tile), and in the ordered mode the
-// counters of issued adds not yet released. A partial whose turn has not come stays
-// staged while the block goes on computing; only when its staging tile is needed again
-// does the block wait. Released two adds after issue (then surely complete).
-template <int kStages>
-struct DqAddQueue {
-  float* dst[kStages];
-  unsigned* counter[kStages];
-  unsigned rank[kStages];
-  int stage[kStages];
-  long issue_seq[kStages];  // per staging tile: sequence number of its last issued add
-  unsigned* unreleased[3];
-  int head = 0, size = 0, n_unreleased = 0;
-  long issued = 0;
-  const float* stage_base;
-  int tile_floats;
-  bool ordered;
-
-  __device__ DqAddQueue(const float* base, int floats, bool is_ordered)
-      : stage_base(base), tile_floats(floats), ordered(is_ordered) {
-    for (int i = 0; i < kStages; ++i) issue_seq[i] = -1;
-  }
-  __device__ void push(float* d, unsigned* c, unsigned r, int st) {
-    const int i = (head + size) % kStages;
-    dst[i] = d, counter[i] = c, rank[i] = r, stage[i] = st;
-    ++size;
-  }
-  // Hands the oldest staged partial to the copy engine, if its turn has come (block:
-  // waiting for it). Returns whether it did.
-  __device__ bool issue_front(bool block) {
-    if (size == 0) return false;
-    if (ordered) {
-      if (block)
-        wait_counter(counter[head], rank[head]);
-      else if (!counter_is(counter[head], rank[head]))
-        return false;
-    }
-    bulk_reduce_add(dst[head], smem_addr(stage_base + stage[head] * tile_floats), tile_floats * 4);
-    issue_seq[stage[head]] = issued++;
-    if (ordered) {
-      unreleased[n_unreleased++] = counter[head];
-      if (n_unreleased == 3) {
-        bulk_wait_complete<2>();  // every add but the two latest has completed
-        release_counter(unreleased[0]);
-        unreleased[0] = unreleased[1], unreleased[1] = unreleased[2];
-        n_unreleased = 2;
-      }
-    }
-    head = (head + 1) % kStages;
-    --size;
-    return true;
-  }
-  __device__ void issue_ready() {
-    while (issue_front(false)) {
-    }
-  }
-  // Before the block writes staging tile st: its last partial issued and read.
-  __device__ void free_stage(int st) {
-    if (size == kStages) issue_front(true);  // the oldest partial occupies tile st
-    if (issue_seq[st] >= 0) bulk_wait_read_dynamic<kStages>(issued - 1 - issue_seq[st]);
-  }
-  // End of a key block: every partial added and complete, every counter released.
-  __device__ void drain() {
-    while (size > 0) issue_front(true);
-    bulk_wait_all();
-    for (int i = 0; i < n_unreleased; ++i) release_counter(unreleased[i]);
-    n_unreleased = 0;
-  }
-};
-
 template <class T, class C>
 __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
@@ -185,17 +97,30 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const uint32_t wg_rows = wg * 64 * 128;     // its 64 key rows inside each K/V atom
   float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +
                           batch * f.heads_q * (int64_t)rows_pad * kDqRow;
-  // The dQ partial of a step is staged in shared memory; after the next barrier thread 0
-  // hands it to the copy engine (ordered mode: when its turn has come).
-  DqAddQueue<L::kDqStages> dq_queue(dq_stage, kDqTile, p.dq_ordered);
-  bool staged = false;  // this block wrote a partial in the previous step
-  float* staged_dst = nullptr;
-  unsigned* staged_counter = nullptr;
-  unsigned staged_rank = 0;
-  int staged_stage = 0;
-  auto take_staged = [&] {  // thread 0, after a barrier
-    if (staged) dq_queue.push(staged_dst, staged_counter, staged_rank, staged_stage);
-    staged = false;
+  // The dQ partial of a step waits in its staging tile until the next barrier; then thread
+  // 0 hands it to the copy engine (ordered mode: in turn, see wait_counter) and releases
+  // the previous add's counter once that add has completed.
+  float* pending_dst = nullptr;
+  int pending_stage = 0;
+  unsigned* pending_counter = nullptr;
+  unsigned pending_rank = 0;
+  // Counters of the two adds issued before the current one: an add's counter is released
+  // two steps after its issue, when it has surely completed, so the wait rarely stalls.
+  unsigned* unreleased[2] = {nullptr, nullptr};
+  auto issue_pending = [&] {
+    if (tid == 0 && pending_dst != nullptr) {
+      if (p.dq_ordered) wait_counter(pending_counter, pending_rank);
+      bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
+      if (p.dq_ordered) {
+        if (unreleased[0] != nullptr) {
+          bulk_wait_complete<2>();  // every add but the two latest has completed
+          release_counter(unreleased[0]);
+        }
+        unreleased[0] = unreleased[1];
+        unreleased[1] = pending_counter;
+      }
+    }
+    pending_dst = nullptr;
   };
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
@@ -248,10 +173,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       cp_async_wait<0>();
       fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
       __syncthreads();           // this stage visible to all; the other one is free
-      if (tid == 0) {            // the last step's dQ staging tile is complete
-        take_staged();
-        dq_queue.issue_ready();
-      }
+      issue_pending();           // the last step's dQ staging tile is complete
       if (step + 1 < steps) load_step(step + 1, stage ^ 1);
       cp_async_commit();
       const uint32_t sQ = base + L::kStage + stage * L::kStageBytes, sDo = sQ + L::kTileQ;
@@ -339,10 +261,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 
       // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
       fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
-      const int dq_st = step % L::kDqStages;
-      if (tid == 0) dq_queue.free_stage(dq_st);  // the staging tile written below
-      __syncthreads();                           // the whole dSᵀ tile is written
-      float dq[kHalves][BQ / 2];                 // halves wg·kHalves + i, over all BK keys
+      // The dQ staging tile written below was handed to the copy engine two steps ago.
+      if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
+      __syncthreads();            // the whole dSᵀ tile is written
+      float dq[kHalves][BQ / 2];  // halves wg·kHalves + i, over all BK keys
 #pragma unroll
       for (int i = 0; i < kHalves; ++i)
 #pragma unroll
@@ -358,6 +280,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
 
       // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
+      const int dq_st = step % L::kDqStages;
       float* const stg = dq_stage + dq_st * kDqTile;
 #pragma unroll
       for (int i = 0; i < kHalves; ++i)
@@ -368,20 +291,23 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
             stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * (wg * kHalves + i) + wwarp * 16 + g +
                 (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
       bulk_fence_writes();
-      staged = true;
-      staged_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
-      staged_stage = dq_st;
+      pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
+      pending_stage = dq_st;
       if (p.dq_ordered && tid == 0) {
         const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
         const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
-        staged_counter = p.dq_counters + tile;
-        staged_rank = (unsigned)(kv_block - keys.begin / BK);
+        pending_counter = p.dq_counters + tile;
+        pending_rank = (unsigned)(kv_block - keys.begin / BK);
       }
     }
     __syncthreads();  // the last staging tile is complete
+    issue_pending();
     if (tid == 0) {
-      take_staged();
-      dq_queue.drain();  // this key block's adds precede the next one's
+      bulk_wait_all();  // this key block's adds precede the next one's
+      for (unsigned*& c : unreleased) {
+        if (c != nullptr) release_counter(c);
+        c = nullptr;
+      }
     }
     wgmma_fence_operands(acc_dk);
     wgmma_fence_operands(acc_dv);
