@@ -173,7 +173,6 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       cp_async_wait<0>();
       fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
       __syncthreads();           // this stage visible to all; the other one is free
-      issue_pending();           // the last step's dQ staging tile is complete
       if (step + 1 < steps) load_step(step + 1, stage ^ 1);
       cp_async_commit();
       const uint32_t sQ = base + L::kStage + stage * L::kStageBytes, sDo = sQ + L::kTileQ;
@@ -197,6 +196,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
                               gmma_desc(sDo + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
       }
       wgmma_commit();
+      // The last step's dQ staging tile is complete (barrier above): hand it over while the
+      // products run (thread 0 may wait for its turn in the ordered mode).
+      issue_pending();
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
