@@ -47,7 +47,6 @@ struct BwdKvConfig;
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
-#define FLASH_BWD_WGMMA_TUNE_64 1, 2
 #endif
 #ifndef FLASH_BWD_KV_TUNE_32
 #define FLASH_BWD_KV_TUNE_32 4, 1, 32, 4
@@ -119,7 +118,8 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128: kWarpGroups warpgroups per
+// sm_90a backward (bwd_wgmma_kernel.cuh), head dim 128 (at 64 the mma.sync kernel measured
+// faster, bench/RESULTS.md 2026-11-22): kWarpGroups warpgroups per
 // block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
 // (dSᵀ rows of 64 bytes, the 64-byte swizzle). kMinBlocks per SM caps the registers (dK,
 // dV: D/2 each per thread).
@@ -132,13 +132,9 @@ struct BwdWgmmaConfig;
     static constexpr int kMinBlocks = MINB;                                            \
     static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q32_b" #MINB;    \
   };
-#ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 1, 3
-#endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 1
 #endif
-FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
@@ -173,7 +169,7 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
     const char* e = std::getenv("FLASH_CUDA_BWD");
     return e != nullptr && std::string(e) == "mma";
   }();
-  return !is_f32 && (dim == 64 || dim == 128) && cc_major == 9 && cc_minor == 0 && !forced_mma;
+  return !is_f32 && dim == 128 && cc_major == 9 && cc_minor == 0 && !forced_mma;
 #else
   (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor;
   return false;
@@ -241,10 +237,8 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
                              int sms) {
   if (is_f32) return {};
   if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
-    BwdDqPlan plan = dim == 64 ? bwd_dq_plan_for<BwdWgmmaConfig<64>>(
-                                     false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms)
-                               : bwd_dq_plan_for<BwdWgmmaConfig<128>>(
-                                     false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms);
+    BwdDqPlan plan = bwd_dq_plan_for<BwdWgmmaConfig<128>>(false, batch, heads_q, heads_kv, seqlen_q,
+                                                          seqlen_kv, sms);
     plan.ordered = deterministic;
     plan.counters = deterministic ? batch * heads_q * (bwd_rows_pad(seqlen_q) / 32) : 0;
     return plan;
@@ -276,7 +270,7 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 // SIMT path. Past kBwdMaxUnsplitDim the kernel runs twice (dV pass, dK + dQ pass).
 inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
-  if (wgmma) return dim == 64 ? BwdWgmmaConfig<64>::kName : BwdWgmmaConfig<128>::kName;
+  if (wgmma) return BwdWgmmaConfig<128>::kName;
   const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
@@ -291,9 +285,7 @@ inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   return "";
 }
 inline int bwd_smem_bytes(bool is_f32, bool wgmma, int dim) {
-  if (!is_f32 && wgmma)
-    return dim == 64 ? BwdWgmmaLayout<BwdWgmmaConfig<64>>::kSmemBytes
-                     : BwdWgmmaLayout<BwdWgmmaConfig<128>>::kSmemBytes;
+  if (!is_f32 && wgmma) return BwdWgmmaLayout<BwdWgmmaConfig<128>>::kSmemBytes;
   switch (dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \

@@ -31,7 +31,7 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
         p.dq_ordered ? (int64_t)batch * p.f.heads_q * (rows_pad / BwdWgmmaConfig<64>::kBlockQ) : 0;
     cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (p.dq_slices * p.dq_slice_floats + counters),
                     stream);
-    if constexpr (kDim == 64 || kDim == 128) {
+    if constexpr (kDim == 128) {
       if (p.wgmma)
         launch_bwd_wgmma<T, BwdWgmmaConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
       else

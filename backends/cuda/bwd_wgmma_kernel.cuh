@@ -1,4 +1,4 @@
-// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64 and 128): dK,
+// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dim 128): dK,
 // dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
 //
 // A block is kWarpGroups warpgroups (4 warps each) owning kBlockKV = 64·kWarpGroups keys of
@@ -33,19 +33,36 @@ namespace flash::cuda {
 // increments the counter. A block only waits for lower-numbered blocks of its head (key
 // block slowest in the grid, so they were dispatched earlier), hence always progresses;
 // a spin limit traps instead of hanging if that ever fails.
-__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned value) {
-  for (long spins = 0;; ++spins) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-    if (v == value) break;
+// The counter is read one step ahead (load_counter, relaxed: nothing waits on it until it
+// is compared), so the common case costs no round trip. Ordering of the adds themselves:
+// the releasing block increments only after its add has completed (bulk wait_group), and
+// both adds are reductions performed in L2, so an add issued after the counter was seen
+// lands after the add it waited for; the proxy fences order the counter accesses
+// (generic proxy) with the bulk adds (async proxy).
+#ifndef FLASH_BWD_ORDER_PREFETCH
+#define FLASH_BWD_ORDER_PREFETCH 1  // 0: acquire/release round trips on every step
+#endif
+__device__ __forceinline__ unsigned load_counter(const unsigned* counter) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(counter));
+  return v;
+}
+__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned value,
+                                             unsigned seen) {
+  for (long spins = 0; seen != value; ++spins) {
     if (spins > (1l << 30)) __trap();
     __nanosleep(32);
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
   }
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // then the bulk add
 }
 __device__ __forceinline__ void release_counter(unsigned* counter) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the completed bulk add first
+#if FLASH_BWD_ORDER_PREFETCH
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
+#else
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
+#endif
 }
 template <int kPending>
 __device__ __forceinline__ void bulk_wait_complete() {
@@ -103,13 +120,15 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   float* pending_dst = nullptr;
   int pending_stage = 0;
   unsigned* pending_counter = nullptr;
-  unsigned pending_rank = 0;
+  unsigned pending_rank = 0, pending_seen = 0;  // seen: the counter, read one step ahead
   // Counters of the two adds issued before the current one: an add's counter is released
   // two steps after its issue, when it has surely completed, so the wait rarely stalls.
   unsigned* unreleased[2] = {nullptr, nullptr};
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
-      if (p.dq_ordered) wait_counter(pending_counter, pending_rank);
+      if (p.dq_ordered)
+        wait_counter(pending_counter, pending_rank,
+                     FLASH_BWD_ORDER_PREFETCH ? pending_seen : pending_rank + 1);
       bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
       if (p.dq_ordered) {
         if (unreleased[0] != nullptr) {
@@ -300,6 +319,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
         const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
         pending_counter = p.dq_counters + tile;
         pending_rank = (unsigned)(kv_block - keys.begin / BK);
+        if (FLASH_BWD_ORDER_PREFETCH) pending_seen = load_counter(pending_counter);
       }
     }
     __syncthreads();  // the last staging tile is complete
