@@ -43,7 +43,7 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 1, 2
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -121,19 +121,19 @@ struct BwdKvDerived {
 // sm_90a backward (bwd_wgmma_kernel.cuh), head dim 128 (at 64 the mma.sync kernel measured
 // faster, bench/RESULTS.md 2026-11-22): kWarpGroups warpgroups per
 // block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
-// (dSᵀ rows of 64 bytes, the 64-byte swizzle). kMinBlocks per SM caps the registers (dK,
+// or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers (dK,
 // dV: D/2 each per thread).
 template <int kDim>
 struct BwdWgmmaConfig;
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, MINB)                                            \
-  template <>                                                                          \
-  struct BwdWgmmaConfig<D> {                                                           \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = 32; \
-    static constexpr int kMinBlocks = MINB;                                            \
-    static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q32_b" #MINB;    \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB)                                          \
+  template <>                                                                            \
+  struct BwdWgmmaConfig<D> {                                                             \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;   \
+    static constexpr int kMinBlocks = MINB;                                              \
+    static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
   };
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 1
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
@@ -141,7 +141,8 @@ FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
 // [D/64][BK rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, the dSᵀ
-// tile (SW64 [BK][32]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment slack.
+// tile (SW64 / SW128 [BK][BQ]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment
+// slack.
 template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
@@ -152,7 +153,8 @@ struct BwdWgmmaLayout {
   static constexpr int kDq = kDs + BK * BQ * 2;
   static constexpr int kDqRowFloats = D + 8, kDqStages = 2;
   static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
-  static_assert(BK == 64 * C::kWarpGroups && BQ == 32, "m64 per warpgroup; dSᵀ rows of 64 B");
+  static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
+                "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
   static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0, "swizzle bases");
   static_assert(kDqRowFloats == BwdKvDerived<BwdKvConfig<D>>::kDqRowFloats,
@@ -240,7 +242,9 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
     BwdDqPlan plan = bwd_dq_plan_for<BwdWgmmaConfig<128>>(false, batch, heads_q, heads_kv, seqlen_q,
                                                           seqlen_kv, sms);
     plan.ordered = deterministic;
-    plan.counters = deterministic ? batch * heads_q * (bwd_rows_pad(seqlen_q) / 32) : 0;
+    plan.counters = deterministic
+                        ? batch * heads_q * (bwd_rows_pad(seqlen_q) / BwdWgmmaConfig<128>::kBlockQ)
+                        : 0;
     return plan;
   }
   switch (dim) {

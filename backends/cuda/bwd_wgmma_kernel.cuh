@@ -9,7 +9,7 @@
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, A = Pᵀ / dSᵀ from registers, B MN-major
-//   dQᵀ = Kᵀ·dSᵀ                  wgmma (D/64) x m64 x BQ, dSᵀ via shared memory (64-byte
+//   dQᵀ = Kᵀ·dSᵀ                  wgmma (D/64) x m64 x BQ, dSᵀ via shared memory (64- or 128-byte
 //                                 swizzle), both operands MN-major
 //   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
 // The dQ accumulation, its deterministic split slices and the key-block walk are those of
@@ -83,6 +83,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   constexpr int NJ = BQ / 8;   // n8 blocks of the Sᵀ accumulator
   constexpr int KS = BQ / 16;  // k16 steps of dV / dK
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
+  // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or 128 (128-byte).
+  constexpr int kDsRowBytes = BQ * 2;
+  constexpr uint32_t kDsSwizzle = BQ == 32 ? kGmmaSwizzle64 : kGmmaSwizzle128;
+  static_assert(BQ == 32 || BQ == 64, "dSᵀ rows of one swizzle atom");
 
   extern __shared__ unsigned char smem_raw[];
   // wgmma's swizzle patterns repeat every 1024 bytes: align the window (slack included).
@@ -90,6 +94,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const uint32_t base = (raw + 1023) & ~1023u;
   unsigned char* const smem = smem_raw + (base - raw);
   const uint32_t sK = base + L::kK, sV = base + L::kV, sDs = base + L::kDs;
+  auto ds_addr = [&](int row, int chunk) {
+    return BQ == 32 ? sw64_addr(sDs, row, chunk) : sw128_addr<BK>(sDs, row, chunk);
+  };
   float* const dq_stage = reinterpret_cast<float*>(smem + L::kDq);
 
   const FwdParams& f = p.f;
@@ -263,7 +270,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
-          const uint32_t addr = sw64_addr(sDs, row, col / 8) + (col % 8) * 2;
+          const uint32_t addr = ds_addr(row, col / 8) + (col % 8) * 2;
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
         }
 
@@ -279,6 +286,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
         wgmma_rs<T, D, 1>(acc_dk, df[kk],
                           gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
       wgmma_commit();
+      // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
+      // registers for dQᵀ (the register budget of D = 128).
+      if constexpr (BQ > 32) wgmma_wait<0>();
 
       // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
       fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
@@ -290,11 +300,12 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       for (int i = 0; i < kHalves; ++i)
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
-          wgmma_ss<T, BQ, 1, 1>(dq[i],
-                                gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128,
-                                          1024, kGmmaSwizzle128),
-                                gmma_desc(sDs + kk * 16 * 64, BK * 64, 512, kGmmaSwizzle64),
-                                kk > 0);
+          wgmma_ss<T, BQ, 1, 1>(
+              dq[i],
+              gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128, 1024,
+                        kGmmaSwizzle128),
+              gmma_desc(sDs + kk * 16 * kDsRowBytes, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle),
+              kk > 0);
       wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
 #pragma unroll
