@@ -77,13 +77,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   using L = BwdWgmmaLayout<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   constexpr int kThreads = C::kWarpGroups * 128, kChunks = D / 8;
-  // dQᵀ (D x BQ) is shared out over the warpgroups by 64-row halves of D, or (D = 64 with
-  // two warpgroups) by column halves: warpgroup wg then owns queries wg·kDqN.. .
-  constexpr bool kSplitCols = D / 64 < C::kWarpGroups;
-  constexpr int kHalves = kSplitCols ? 1 : D / 64 / C::kWarpGroups;
-  constexpr int kDqN = kSplitCols ? BQ / C::kWarpGroups : BQ;
-  static_assert(kSplitCols ? C::kWarpGroups == 2 && D == 64 : (D / 64) % C::kWarpGroups == 0,
-                "dQᵀ splits evenly over the warpgroups");
+  // dQᵀ's 64-row halves (of D) are shared out over the warpgroups.
+  constexpr int kHalves = D / 64 / C::kWarpGroups;
+  static_assert((D / 64) % C::kWarpGroups == 0, "whole dQᵀ halves per warpgroup");
   constexpr int NJ = BQ / 8;   // n8 blocks of the Sᵀ accumulator
   constexpr int KS = BQ / 16;  // k16 steps of dV / dK
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
@@ -298,37 +294,33 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
       // The dQ staging tile written below was handed to the copy engine two steps ago.
       if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
-      __syncthreads();              // the whole dSᵀ tile is written
-      float dq[kHalves][kDqN / 2];  // rows 64·half(i), columns q_first.., over all BK keys
-      const int q_first = kSplitCols ? wg * kDqN : 0;
-      auto half = [&](int i) { return kSplitCols ? 0 : wg * kHalves + i; };
+      __syncthreads();            // the whole dSᵀ tile is written
+      float dq[kHalves][BQ / 2];  // halves wg·kHalves + i, over all BK keys
 #pragma unroll
       for (int i = 0; i < kHalves; ++i)
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
-          wgmma_ss<T, kDqN, 1, 1>(
+          wgmma_ss<T, BQ, 1, 1>(
               dq[i],
-              gmma_desc(sK + half(i) * BK * 128 + kk * 2048, BK * 128, 1024, kGmmaSwizzle128),
-              // Column offset inside the swizzle atom: the pattern follows absolute addresses.
-              gmma_desc(sDs + kk * 16 * kDsRowBytes + q_first * 2, BK * kDsRowBytes,
-                        8 * kDsRowBytes, kDsSwizzle),
+              gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128, 1024,
+                        kGmmaSwizzle128),
+              gmma_desc(sDs + kk * 16 * kDsRowBytes, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle),
               kk > 0);
       wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
 
-      // dQᵀ fragment (d = 64·half + 16·warp + g (+8), q = q_first + 8j + 2·tig (+1)) ->
-      // staging [q][d].
+      // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
       const int dq_st = step % L::kDqStages;
       float* const stg = dq_stage + dq_st * kDqTile;
 #pragma unroll
       for (int i = 0; i < kHalves; ++i)
 #pragma unroll
-        for (int j = 0; j < kDqN / 8; ++j)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            stg[(q_first + 8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * half(i) + wwarp * 16 + g +
+            stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * (wg * kHalves + i) + wwarp * 16 + g +
                 (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
       bulk_fence_writes();
       pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
