@@ -32,9 +32,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "bwd_ops.cuh"
 
 namespace flash::cuda {
@@ -65,7 +62,7 @@ __device__ __forceinline__ void write_ds_tile(unsigned char* tile, int warp, int
 //        L2, no per-element atomics from the SM);
 //  red:  each thread adds its fragment with red.global.add (pre-sm_90, and D = 256,
 //        whose shared memory has no room for the staging buffers).
-enum class DqAdd { bulk, red, none /* timing experiments only: dQ wrong */ };
+enum class DqAdd { bulk, red };
 
 // Bulk-copy engine wrappers (sm_90). Shared-memory writes made by the threads must be
 // ordered before the async proxy reads them: each writer fences, then a barrier.
@@ -157,8 +154,6 @@ __device__ __forceinline__ void dq_partial(float* dq_rows, float* stage, uint32_
         atomicAdd(dq_rows + at, acc[nt][2 * h]);
         atomicAdd(dq_rows + at + 1, acc[nt][2 * h + 1]);
 #endif
-      } else if (acc[nt][2 * h] == 1234.5f) {  // none: keep the products, skip the add
-        dq_rows[at] = acc[nt][2 * h + 1];
       }
     }
   if constexpr (kAdd == DqAdd::bulk) bulk_fence_writes();
@@ -469,16 +464,6 @@ void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2, c
   }
 }
 
-// FLASH_BWD_DQ_ADD=red|none (experiments, head dims 64 and 128): per-thread atomics, or
-// no dQ add at all (wrong dQ; shows what the add costs). Read once.
-inline DqAdd bwd_dq_add_override(DqAdd fallback) {
-  static const char* env = std::getenv("FLASH_BWD_DQ_ADD");
-  if (env == nullptr) return fallback;
-  if (std::strcmp(env, "red") == 0) return DqAdd::red;
-  if (std::strcmp(env, "none") == 0) return DqAdd::none;
-  return fallback;
-}
-
 template <class T, class C>
 void launch_bwd_kv(const BwdParams& p, int batch, const float* lse2, const float* delta,
                    int rows_pad, cudaStream_t stream) {
@@ -486,18 +471,6 @@ void launch_bwd_kv(const BwdParams& p, int batch, const float* lse2, const float
   if constexpr (C::kDim > kBwdMaxUnsplitDim) {  // dV pass (Sᵀ, dV), then dK + dQ pass
     launch_bwd_kv_role<T, C, KvRole::dv, kAdd>(p, batch, lse2, delta, rows_pad, stream);
     launch_bwd_kv_role<T, C, KvRole::dk, kAdd>(p, batch, lse2, delta, rows_pad, stream);
-  } else if constexpr (C::kDim == 64 || C::kDim == 128) {
-    switch (bwd_dq_add_override(kAdd)) {
-      case DqAdd::red:
-        return launch_bwd_kv_role<T, C, KvRole::both, DqAdd::red>(p, batch, lse2, delta, rows_pad,
-                                                                  stream);
-      case DqAdd::none:
-        return launch_bwd_kv_role<T, C, KvRole::both, DqAdd::none>(p, batch, lse2, delta, rows_pad,
-                                                                   stream);
-      default:
-        return launch_bwd_kv_role<T, C, KvRole::both, kAdd>(p, batch, lse2, delta, rows_pad,
-                                                            stream);
-    }
   } else {
     launch_bwd_kv_role<T, C, KvRole::both, kAdd>(p, batch, lse2, delta, rows_pad, stream);
   }

@@ -39,9 +39,6 @@ namespace flash::cuda {
 // both adds are reductions performed in L2, so an add issued after the counter was seen
 // lands after the add it waited for; the proxy fences order the counter accesses
 // (generic proxy) with the bulk adds (async proxy).
-#ifndef FLASH_BWD_ORDER_PREFETCH
-#define FLASH_BWD_ORDER_PREFETCH 1  // 0: acquire/release round trips on every step
-#endif
 __device__ __forceinline__ unsigned load_counter(const unsigned* counter) {
   unsigned v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(counter));
@@ -58,11 +55,7 @@ __device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned v
 }
 __device__ __forceinline__ void release_counter(unsigned* counter) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the completed bulk add first
-#if FLASH_BWD_ORDER_PREFETCH
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
-#else
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
-#endif
 }
 template <int kPending>
 __device__ __forceinline__ void bulk_wait_complete() {
@@ -133,9 +126,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   unsigned* unreleased[2] = {nullptr, nullptr};
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
-      if (p.dq_ordered)
-        wait_counter(pending_counter, pending_rank,
-                     FLASH_BWD_ORDER_PREFETCH ? pending_seen : pending_rank + 1);
+      if (p.dq_ordered) wait_counter(pending_counter, pending_rank, pending_seen);
       bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
       if (p.dq_ordered) {
         if (unreleased[0] != nullptr) {
@@ -330,7 +321,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
         const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
         pending_counter = p.dq_counters + tile;
         pending_rank = (unsigned)(kv_block - keys.begin / BK);
-        if (FLASH_BWD_ORDER_PREFETCH) pending_seen = load_counter(pending_counter);
+        pending_seen = load_counter(pending_counter);
       }
     }
     __syncthreads();  // the last staging tile is complete
