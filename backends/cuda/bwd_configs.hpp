@@ -44,12 +44,6 @@ struct BwdKvConfig;
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
 #define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 4  // D = 64 candidates
-#define FLASH_BWD_KV_TUNE_64 8, 1, 64, 1
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5
-#define FLASH_BWD_KV_TUNE_64 4, 2, 32, 2
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6
-#define FLASH_BWD_KV_TUNE_64 8, 1, 32, 1
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
