@@ -121,20 +121,26 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   int pending_stage = 0;
   unsigned* pending_counter = nullptr;
   unsigned pending_rank = 0, pending_seen = 0;  // seen: the counter, read one step ahead
-  // Counters of the two adds issued before the current one: an add's counter is released
-  // two steps after its issue, when it has surely completed, so the wait rarely stalls.
-  unsigned* unreleased[2] = {nullptr, nullptr};
+  // Counters of the kReleaseLag adds issued before the current one: an add's counter is
+  // released kReleaseLag steps after its issue, when it has surely completed, so the wait
+  // rarely stalls; the next block of the head then trails by about kReleaseLag + 1 steps.
+#ifndef FLASH_BWD_RELEASE_LAG
+#define FLASH_BWD_RELEASE_LAG 1
+#endif
+  constexpr int kReleaseLag = FLASH_BWD_RELEASE_LAG;
+  unsigned* unreleased[kReleaseLag] = {};
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
       if (p.dq_ordered) wait_counter(pending_counter, pending_rank, pending_seen);
       bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
       if (p.dq_ordered) {
         if (unreleased[0] != nullptr) {
-          bulk_wait_complete<2>();  // every add but the two latest has completed
+          bulk_wait_complete<kReleaseLag>();  // every add but the latest kReleaseLag is done
           release_counter(unreleased[0]);
         }
-        unreleased[0] = unreleased[1];
-        unreleased[1] = pending_counter;
+#pragma unroll
+        for (int i = 0; i + 1 < kReleaseLag; ++i) unreleased[i] = unreleased[i + 1];
+        unreleased[kReleaseLag - 1] = pending_counter;
       }
     }
     pending_dst = nullptr;
