@@ -124,10 +124,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   // Counters of the kReleaseLag adds issued before the current one: an add's counter is
   // released kReleaseLag steps after its issue, when it has surely completed, so the wait
   // rarely stalls; the next block of the head then trails by about kReleaseLag + 1 steps.
-#ifndef FLASH_BWD_RELEASE_LAG
-#define FLASH_BWD_RELEASE_LAG 1
-#endif
-  constexpr int kReleaseLag = FLASH_BWD_RELEASE_LAG;
+  // 1 measured 2% faster than 2 on long causal problems (bench/RESULTS.md, 2026-11-22).
+  constexpr int kReleaseLag = 1;
   unsigned* unreleased[kReleaseLag] = {};
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
