@@ -72,21 +72,6 @@ struct ScoreGrad {
     ds = p * (dp - delta) * dtanh;
     return p;
   }
-  // The same in two halves, for kernels that have s before dP: p, and slope = p · dtanh,
-  // so that later dS = slope · (dP − Δ).
-  __device__ __forceinline__ float prob(float s, float lse2, float& slope) const {
-    float x, dtanh = 1.f;
-    if (use_softcap) {
-      const float t = tanhf(s * cap_in);
-      x = softcap * t * mult;
-      dtanh = 1.f - t * t;
-    } else {
-      x = s * mult;
-    }
-    const float p = bwd_exp2(x - lse2);
-    slope = p * dtanh;
-    return p;
-  }
 };
 
 // Loads n floats (n a multiple of 4, 16-byte aligned source) into shared memory with

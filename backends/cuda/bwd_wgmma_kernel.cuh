@@ -25,9 +25,6 @@
 #include "bwd_kv_kernel.cuh"
 #include "wgmma_ops.cuh"
 
-#ifndef FLASH_BWD_OVERLAP
-#define FLASH_BWD_OVERLAP 1
-#endif
 namespace flash::cuda {
 
 // ---- ordered dQ accumulation (deterministic mode) ---------------------------------------
@@ -212,88 +209,6 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
         wgmma_ss<T, BQ, 0, 0>(s, gmma_desc(sK + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
                               gmma_desc(sQ + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
       }
-#if FLASH_BWD_OVERLAP
-      wgmma_commit();  // Sᵀ
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
-        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-        wgmma_ss<T, BQ, 0, 0>(dp, gmma_desc(sV + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
-                              gmma_desc(sDo + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
-      }
-      wgmma_commit();  // dPᵀ
-      // The last step's dQ staging tile is complete (barrier above): hand it over while the
-      // products run (thread 0 may wait for its turn in the ordered mode).
-      issue_pending();
-
-      // ---- Pᵀ while dPᵀ runs, then dV += Pᵀ·dO while dSᵀ is formed ------------------------
-      // (rows = keys, columns = queries; s then holds slope = p · dtanh, dS = slope·(dP − Δ))
-      wgmma_wait<1>();  // Sᵀ
-      wgmma_fence_operands(s);
-      const float* sl =
-          reinterpret_cast<const float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
-      const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
-      // Columns 16kk..16kk+15 of Pᵀ / dSᵀ (n8 blocks 2kk, 2kk+1) = the A fragment of step kk.
-      uint32_t pf[KS][4], df[KS][4];
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float slope;
-          pv[e] = grad.prob(s[4 * j + e], (e & 1) ? l2.y : l2.x, slope);
-          if (!full) {
-            const int row = q0 + j * 8 + tig * 2 + (e & 1);
-            const int key = kw0 + g + (e >= 2 ? 8 : 0);
-            if (!key_visible(f.mask, row, key)) pv[e] = slope = 0.f;
-          }
-          s[4 * j + e] = slope;
-        }
-        pf[j / 2][(j & 1) * 2] = pack2<T>(pv[0], pv[1]);
-        pf[j / 2][(j & 1) * 2 + 1] = pack2<T>(pv[2], pv[3]);
-      }
-      // B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next 64 columns, BQ rows on.
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
-        wgmma_rs<T, D, 1>(acc_dv, pf[kk],
-                          gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
-      wgmma_commit();   // dV
-      wgmma_wait<1>();  // dPᵀ
-      wgmma_fence_operands(dp);
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
-        float ds[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          ds[e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? dl.y : dl.x));
-        df[j / 2][(j & 1) * 2] = pack2<T>(ds[0], ds[1]);
-        df[j / 2][(j & 1) * 2 + 1] = pack2<T>(ds[2], ds[3]);
-      }
-      // dSᵀ to shared memory for dQ: rows g / g+8 of this warp, columns 16kk + 8·(r/2) + 2·tig.
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
-          const uint32_t addr = ds_addr(row, col / 8) + (col % 8) * 2;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
-        }
-
-      // ---- dK += dSᵀ·Q ---------------------------------------------------------------------
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
-        wgmma_rs<T, D, 1>(acc_dk, df[kk],
-                          gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
-      wgmma_commit();
-      // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
-      // registers for dQᵀ (the register budget of D = 128).
-      if constexpr (BQ > 32) wgmma_wait<0>();
-
-#else
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
@@ -370,7 +285,6 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       // registers for dQᵀ (the register budget of D = 128).
       if constexpr (BQ > 32) wgmma_wait<0>();
 
-#endif
       // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
       fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
       // The dQ staging tile written below was handed to the copy engine two steps ago.
