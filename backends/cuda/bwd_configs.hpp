@@ -134,13 +134,9 @@ struct BwdWgmmaConfig;
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP).
-#ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 1, 32, 3
-#endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1
 #endif
-FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
@@ -177,11 +173,7 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
     const char* e = std::getenv("FLASH_CUDA_BWD");
     return e != nullptr && std::string(e) == "mma";
   }();
-#ifndef FLASH_BWD_WGMMA_D64
-#define FLASH_BWD_WGMMA_D64 0
-#endif
-  const bool dim_ok = dim == 128 || (FLASH_BWD_WGMMA_D64 && dim == 64);
-  return !is_f32 && dim_ok && cc_major == 9 && cc_minor == 0 && !forced_mma;
+  return !is_f32 && dim == 128 && cc_major == 9 && cc_minor == 0 && !forced_mma;
 #else
   (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor;
   return false;
@@ -249,15 +241,11 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
                              int sms) {
   if (is_f32) return {};
   if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
-    BwdDqPlan plan = dim == 64 ? bwd_dq_plan_for<BwdWgmmaConfig<64>>(
-                                     false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms)
-                               : bwd_dq_plan_for<BwdWgmmaConfig<128>>(
-                                     false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms);
+    BwdDqPlan plan = bwd_dq_plan_for<BwdWgmmaConfig<128>>(false, batch, heads_q, heads_kv, seqlen_q,
+                                                          seqlen_kv, sms);
     plan.ordered = deterministic;
     plan.counters = deterministic
-                        ? batch * heads_q *
-                              (bwd_rows_pad(seqlen_q) / (dim == 64 ? BwdWgmmaConfig<64>::kBlockQ
-                                                                   : BwdWgmmaConfig<128>::kBlockQ))
+                        ? batch * heads_q * (bwd_rows_pad(seqlen_q) / BwdWgmmaConfig<128>::kBlockQ)
                         : 0;
     return plan;
   }
@@ -288,7 +276,7 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 // SIMT path. Past kBwdMaxUnsplitDim the kernel runs twice (dV pass, dK + dQ pass).
 inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
-  if (wgmma) return dim == 64 ? BwdWgmmaConfig<64>::kName : BwdWgmmaConfig<128>::kName;
+  if (wgmma) return BwdWgmmaConfig<128>::kName;
   const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
@@ -303,9 +291,7 @@ inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   return "";
 }
 inline int bwd_smem_bytes(bool is_f32, bool wgmma, int dim) {
-  if (!is_f32 && wgmma)
-    return dim == 64 ? BwdWgmmaLayout<BwdWgmmaConfig<64>>::kSmemBytes
-                     : BwdWgmmaLayout<BwdWgmmaConfig<128>>::kSmemBytes;
+  if (!is_f32 && wgmma) return BwdWgmmaLayout<BwdWgmmaConfig<128>>::kSmemBytes;
   switch (dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \

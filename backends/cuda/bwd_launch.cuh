@@ -28,12 +28,10 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
     // The dQ slices and (ordered mode) the counters behind them start at zero.
     const int64_t counters =
-        p.dq_ordered ? (int64_t)batch * p.f.heads_q *
-                           (rows_pad / BwdWgmmaConfig < kDim == 64 ? 64 : 128 > ::kBlockQ)
-                     : 0;
+        p.dq_ordered ? (int64_t)batch * p.f.heads_q * (rows_pad / BwdWgmmaConfig<128>::kBlockQ) : 0;
     cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (p.dq_slices * p.dq_slice_floats + counters),
                     stream);
-    if constexpr (kDim == 64 || kDim == 128) {
+    if constexpr (kDim == 128) {
       if (p.wgmma)
         launch_bwd_wgmma<T, BwdWgmmaConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
       else
