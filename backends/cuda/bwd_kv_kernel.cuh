@@ -194,21 +194,13 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
   const FwdParams& f = p.f;
   const int group = f.group;
   const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  // Grid: x = split * (batches * kv heads) + (batch, kv head), split slowest: under a
-  // causal mask the first key blocks are the heaviest and are dispatched first.
   const int num_kv_blocks = (skv + BK - 1) / BK;
   const int splits = p.dq_splits;
-  const int bh_count = gridDim.x / splits;
-  const int split = blockIdx.x / bh_count, bh = blockIdx.x % bh_count;
-  const int kv_head = bh % p.heads_kv;
-  const int64_t batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
-
-  const T* k = static_cast<const T*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  const T* v = static_cast<const T*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
-  const T* q_batch = static_cast<const T*>(f.q) + batch * f.q_stride[0];
-  const T* do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
-  T* dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  T* dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const BwdBlock<T> blk(p);
+  const int split = blk.split, kv_head = blk.kv_head;
+  const int64_t batch = blk.batch;
+  const T *k = blk.k, *v = blk.v, *q_batch = blk.q_batch, *do_batch = blk.do_batch;
+  T *dk = blk.dk, *dv = blk.dv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // This block's dQ slice, rows of (batch, head) h at dq_slice + h * rows_pad * D.
   float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +

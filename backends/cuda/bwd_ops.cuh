@@ -74,6 +74,36 @@ struct ScoreGrad {
   }
 };
 
+// The (split, batch, kv head) a block of the dK/dV/dQ kernels works on, and the base
+// pointers of its tensors. Grid: x = split * (batches * kv heads) + (batch, kv head), the
+// split slowest: under a causal mask the first key blocks, the heaviest, start first, and
+// a block waits (ordered dQ) only for lower-numbered blocks.
+template <class T>
+struct BwdBlock {
+  int split, kv_head;
+  int64_t batch;
+  const T* k;         // this kv head's K rows
+  const T* v;         // V rows
+  const T* q_batch;   // this batch's Q (all heads)
+  const T* do_batch;  // this batch's dO (all heads)
+  T* dk;
+  T* dv;
+  __device__ __forceinline__ explicit BwdBlock(const BwdParams& p) {
+    const FwdParams& f = p.f;
+    const int bh_count = gridDim.x / p.dq_splits;
+    const int bh = blockIdx.x % bh_count;
+    split = blockIdx.x / bh_count;
+    kv_head = bh % p.heads_kv;
+    batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
+    k = static_cast<const T*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+    v = static_cast<const T*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+    q_batch = static_cast<const T*>(f.q) + batch * f.q_stride[0];
+    do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
+    dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
+    dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  }
+};
+
 // Loads n floats (n a multiple of 4, 16-byte aligned source) into shared memory with
 // cp.async, one 16-byte chunk per thread of the first n/4 threads past `first_thread`.
 __device__ __forceinline__ void load_floats_async(float* dst, const float* src, int n,
