@@ -153,14 +153,17 @@ struct BwdWgmmaLayout {
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
   static constexpr int kDs = kStage + 2 * kStageBytes;
   static constexpr int kDq = kDs + BK * BQ * 2;
-  static constexpr int kDqRowFloats = D + 8, kDqStages = 2;
+  // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
+  // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8).
+#ifndef FLASH_BWD_WGMMA_DQ_PAD
+#define FLASH_BWD_WGMMA_DQ_PAD 4
+#endif
+  static constexpr int kDqRowFloats = D + FLASH_BWD_WGMMA_DQ_PAD, kDqStages = 2;
   static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
   static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
   static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0, "swizzle bases");
-  static_assert(kDqRowFloats == BwdKvDerived<BwdKvConfig<D>>::kDqRowFloats,
-                "one dQ accumulator layout for both backward kernels");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
@@ -213,13 +216,15 @@ struct BwdDqPlan {
   int64_t slice_floats = 0;
   bool ordered = false;  // one slice, adds per query tile in key-block order (counters)
   int64_t counters = 0;  // one per (batch, head, query tile)
+  int row_floats = 0;    // floats per dQ row in a slice (tile dim + padding)
 };
 template <class C>
 BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, int64_t heads_kv,
-                          int64_t seqlen_q, int64_t seqlen_kv, int sms) {
+                          int64_t seqlen_q, int64_t seqlen_kv, int sms, int row_floats) {
   BwdDqPlan plan;
   const int64_t kv_blocks = std::max<int64_t>(1, (seqlen_kv + C::kBlockKV - 1) / C::kBlockKV);
-  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * (C::kDim + 8);  // kDqRowFloats
+  plan.row_floats = row_floats;
+  plan.slice_floats = batch * heads_q * bwd_rows_pad(seqlen_q) * row_floats;
   if (!deterministic) {  // one block per key block, all adding into one slice
     plan.splits = (int)kv_blocks;
     plan.slices = 1;
@@ -241,8 +246,9 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
                              int sms) {
   if (is_f32) return {};
   if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
-    BwdDqPlan plan = bwd_dq_plan_for<BwdWgmmaConfig<128>>(false, batch, heads_q, heads_kv, seqlen_q,
-                                                          seqlen_kv, sms);
+    BwdDqPlan plan = bwd_dq_plan_for<BwdWgmmaConfig<128>>(
+        false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms,
+        BwdWgmmaLayout<BwdWgmmaConfig<128>>::kDqRowFloats);
     plan.ordered = deterministic;
     plan.counters = deterministic
                         ? batch * heads_q * (bwd_rows_pad(seqlen_q) / BwdWgmmaConfig<128>::kBlockQ)
@@ -253,7 +259,8 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
 #define FLASH_BWD_PLAN(D)                                                                     \
   case D:                                                                                     \
     return bwd_dq_plan_for<BwdKvConfig<D>>(deterministic, batch, heads_q, heads_kv, seqlen_q, \
-                                           seqlen_kv, sms);
+                                           seqlen_kv, sms,                                    \
+                                           BwdKvDerived<BwdKvConfig<D>>::kDqRowFloats);
     FLASH_BWD_PLAN(32)
     FLASH_BWD_PLAN(64)
     FLASH_BWD_PLAN(96)

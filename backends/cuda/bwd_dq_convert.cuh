@@ -30,8 +30,8 @@ __global__ void __launch_bounds__(DqConvertShape<kDim>::kThreads)
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kPerRow;
   const int col = (threadIdx.x % kPerRow) * 4;
   if (row >= f.mask.seqlen_q || col >= f.head_dim) return;
-  constexpr int kRowFloats = BwdKvDerived<BwdKvConfig<kDim>>::kDqRowFloats;
-  const float* acc = p.dq_accum + ((batch * f.heads_q + head) * rows_pad + row) * kRowFloats + col;
+  const float* acc =
+      p.dq_accum + ((batch * f.heads_q + head) * rows_pad + row) * p.dq_row_floats + col;
   float4 sum = *reinterpret_cast<const float4*>(acc);
   for (int s = 1; s < p.dq_slices; ++s) {
     const float4 a = *reinterpret_cast<const float4*>(acc + s * p.dq_slice_floats);

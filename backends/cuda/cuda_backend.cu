@@ -59,7 +59,8 @@ std::string fwd_config_name(const flash_problem& p) {
     CASE(32)
     CASE(64)
     CASE(96)
-    CASE(128) CASE(160) CASE(192)
+    CASE(128)
+    CASE(160) CASE(192)
 #undef CASE
         case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
     break;
@@ -495,6 +496,7 @@ struct CudaBackend {
     b.dq_slice_floats = plan.slice_floats;
     b.dq_splits = plan.splits;
     b.dq_slices = plan.slices;
+    b.dq_row_floats = plan.row_floats;
     b.dq_exclusive = p.nondeterministic == 0 && !plan.ordered;
     b.dq_ordered = plan.ordered;
     b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);

@@ -53,6 +53,7 @@ struct BwdParams {
   float* dq_accum;
   int64_t dq_slice_floats;
   int dq_splits, dq_slices;
+  int dq_row_floats;  // floats per dQ row in a slice (tile dim + the kernel's padding)
   bool dq_exclusive;
   // Ordered mode (sm_90a kernel, deterministic): one slice; the adds into each query tile
   // happen in key-block order, counted per (batch, head, query tile) in dq_counters.
