@@ -154,11 +154,9 @@ struct BwdWgmmaLayout {
   static constexpr int kDs = kStage + 2 * kStageBytes;
   static constexpr int kDq = kDs + BK * BQ * 2;
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
-  // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8).
-#ifndef FLASH_BWD_WGMMA_DQ_PAD
-#define FLASH_BWD_WGMMA_DQ_PAD 4
-#endif
-  static constexpr int kDqRowFloats = D + FLASH_BWD_WGMMA_DQ_PAD, kDqStages = 2;
+  // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
+  // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
+  static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
   static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
   static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
