@@ -28,8 +28,8 @@
 //
 // Tolerance class: f32 accumulation; P and dS are rounded to the input dtype before
 // the three products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic): D=64 177-202 TFLOP/s,
-// 0.71-1.00x torch's FlashAttention-2 backward; D=128 (FLASH_CUDA_BWD=mma) 170-194
+// Measured (H200, bf16, FlashAttention shapes, deterministic): D=64 141-202 TFLOP/s,
+// 0.72-1.04x torch's FlashAttention-2 backward; D=128 (FLASH_CUDA_BWD=mma) 138-194
 // (bench/RESULTS.md, "cuda backward"). How to run: tests/cuda/device_bwd.sh.
 #pragma once
 

@@ -19,7 +19,7 @@
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic): 234-297 TFLOP/s, 0.96-1.14x
+// Measured (H200, bf16, FlashAttention shapes, deterministic): 178-304 TFLOP/s, 0.98-1.23x
 // torch's FlashAttention-2 backward (bench/RESULTS.md, "cuda backward").
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
