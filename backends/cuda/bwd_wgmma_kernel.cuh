@@ -99,10 +99,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const FwdParams& f = p.f;
   const int group = f.group;
   const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  const int num_kv_blocks = (skv + BK - 1) / BK;
-  const int splits = p.dq_splits;
+  // One key block per block: bwd_dq_plan gives this kernel as many splits as key blocks
+  // and one dQ slice.
   const BwdBlock<T> blk(p);
-  const int split = blk.split, kv_head = blk.kv_head;
+  const int kv_block = blk.split, kv_head = blk.kv_head;
   const int64_t batch = blk.batch;
   const T *k = blk.k, *v = blk.v, *q_batch = blk.q_batch, *do_batch = blk.do_batch;
   T *dk = blk.dk, *dv = blk.dv;
@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const int g = lane / 4, tig = lane % 4;
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
   const uint32_t wg_rows = wg * 64 * 128;     // its 64 key rows inside each K/V atom
-  float* const dq_slice = p.dq_accum + (p.dq_exclusive ? split * p.dq_slice_floats : 0) +
-                          batch * f.heads_q * (int64_t)rows_pad * kDqRow;
+  float* const dq_slice = p.dq_accum + batch * f.heads_q * (int64_t)rows_pad * kDqRow;
   // The dQ partial of a step waits in its staging tile until the next barrier; then thread
   // 0 hands it to the copy engine (ordered mode: in turn, see wait_counter) and releases
   // the previous add's counter once that add has completed.
@@ -119,24 +118,21 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   int pending_stage = 0;
   unsigned* pending_counter = nullptr;
   unsigned pending_rank = 0, pending_seen = 0;  // seen: the counter, read one step ahead
-  // Counters of the kReleaseLag adds issued before the current one: an add's counter is
-  // released kReleaseLag steps after its issue, when it has surely completed, so the wait
-  // rarely stalls; the next block of the head then trails by about kReleaseLag + 1 steps.
-  // 1 measured 2% faster than 2 on long causal problems (bench/RESULTS.md, 2026-11-22).
-  constexpr int kReleaseLag = 1;
-  unsigned* unreleased[kReleaseLag] = {};
+  // Counter of the add issued one step earlier: released when the next add is issued (by
+  // then surely complete, so the wait rarely stalls); the next block of the head trails
+  // by about two steps. Measured 2% faster than a lag of two adds on long causal problems
+  // (bench/RESULTS.md, 2026-11-22).
+  unsigned* unreleased = nullptr;
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
       if (p.dq_ordered) wait_counter(pending_counter, pending_rank, pending_seen);
       bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
       if (p.dq_ordered) {
-        if (unreleased[0] != nullptr) {
-          bulk_wait_complete<kReleaseLag>();  // every add but the latest kReleaseLag is done
-          release_counter(unreleased[0]);
+        if (unreleased != nullptr) {
+          bulk_wait_complete<1>();  // every add but the one just issued has completed
+          release_counter(unreleased);
         }
-#pragma unroll
-        for (int i = 0; i + 1 < kReleaseLag; ++i) unreleased[i] = unreleased[i + 1];
-        unreleased[kReleaseLag - 1] = pending_counter;
+        unreleased = pending_counter;
       }
     }
     pending_dst = nullptr;
@@ -144,217 +140,207 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
 
-  for (int round = 0; round * splits < num_kv_blocks; ++round) {
-    const int kv_block = round * splits + ((round & 1) ? splits - 1 - split : split);
-    if (kv_block >= num_kv_blocks) continue;
-    const int k0 = kv_block * BK;
-    const int kw0 = k0 + warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
+  const int k0 = kv_block * BK;
+  const int kw0 = k0 + warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
 
-    const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
-    const int qt_begin = rows.begin / BQ;
-    const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
-    const int steps = tiles_per_head * group;
+  const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
+  const int qt_begin = rows.begin / BQ;
+  const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
+  const int steps = tiles_per_head * group;
 
-    // Query tiles from the last one down: under a causal mask every key block sees the
-    // last tiles, so the blocks of a head meet at each tile in key-block order (the
-    // ordered dQ mode then rarely waits).
-    auto load_step = [&](int step, int stage) {
-      const int head = kv_head * group + step / tiles_per_head;
-      const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
-      const uint32_t st = base + L::kStage + stage * L::kStageBytes;
-      load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
-                                              sq, f.head_dim);
-      load_sw128_async<BQ, kChunks, kThreads>(st + L::kTileQ, do_batch + head * f.o_stride[2],
-                                              f.o_stride[1], q0, sq, f.head_dim_v);
-      const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
-      float* fl =
-          reinterpret_cast<float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
-      load_floats_async(fl, lse2 + row_off, BQ, 0);
-      load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
+  // Query tiles from the last one down: under a causal mask every key block sees the
+  // last tiles, so the blocks of a head meet at each tile in key-block order (the
+  // ordered dQ mode then rarely waits).
+  auto load_step = [&](int step, int stage) {
+    const int head = kv_head * group + step / tiles_per_head;
+    const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
+    const uint32_t st = base + L::kStage + stage * L::kStageBytes;
+    load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
+                                            sq, f.head_dim);
+    load_sw128_async<BQ, kChunks, kThreads>(st + L::kTileQ, do_batch + head * f.o_stride[2],
+                                            f.o_stride[1], q0, sq, f.head_dim_v);
+    const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
+    float* fl = reinterpret_cast<float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
+    load_floats_async(fl, lse2 + row_off, BQ, 0);
+    load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
+  };
+
+  float acc_dk[D / 2], acc_dv[D / 2];  // 64 x D accumulators, this thread's part
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+  if (steps > 0) {
+    load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
+    load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+    load_step(0, 0);
+    cp_async_commit();
+  }
+
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
+    const int head = kv_head * group + step / tiles_per_head;
+    const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
+    cp_async_wait<0>();
+    fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
+    __syncthreads();           // this stage visible to all; the other one is free
+    if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+    cp_async_commit();
+    const uint32_t sQ = base + L::kStage + stage * L::kStageBytes, sDo = sQ + L::kTileQ;
+
+    // ---- Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the
+    // kk/4-th 64-column atom) ------------------------------------------------------------
+    // acc = rows (64 keys of this warpgroup) of a K-major [keys][D] tile times the K-major
+    // [BQ][D] tile, transposed.
+    auto keys_times_queries_t = [&](float(&acc)[BQ / 2], uint32_t keys, uint32_t queries) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
+        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
+        wgmma_ss<T, BQ, 0, 0>(acc, gmma_desc(keys + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
+                              gmma_desc(queries + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
+      }
     };
-
-    float acc_dk[D / 2], acc_dv[D / 2];  // 64 x D accumulators, this thread's part
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-
-    __syncthreads();  // every warp is done with the previous key block's tiles
-    if (steps > 0) {
-      load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
-      load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
-      load_step(0, 0);
-      cp_async_commit();
-    }
-
-    for (int step = 0; step < steps; ++step) {
-      const int stage = step & 1;
-      const int head = kv_head * group + step / tiles_per_head;
-      const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
-      cp_async_wait<0>();
-      fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
-      __syncthreads();           // this stage visible to all; the other one is free
-      if (step + 1 < steps) load_step(step + 1, stage ^ 1);
-      cp_async_commit();
-      const uint32_t sQ = base + L::kStage + stage * L::kStageBytes, sDo = sQ + L::kTileQ;
-
-      // ---- Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the
-      // kk/4-th 64-column atom) ------------------------------------------------------------
-      float s[BQ / 2], dp[BQ / 2];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
-        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-        wgmma_ss<T, BQ, 0, 0>(s, gmma_desc(sK + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
-                              gmma_desc(sQ + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
-      }
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
-        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-        wgmma_ss<T, BQ, 0, 0>(dp, gmma_desc(sV + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
-                              gmma_desc(sDo + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
-      }
-      wgmma_commit();
-      // The last step's dQ staging tile is complete (barrier above): hand it over while the
-      // products run (thread 0 may wait for its turn in the ordered mode).
-      issue_pending();
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-      wgmma_fence_operands(dp);
-
-      // ---- Pᵀ and dSᵀ (rows = keys, columns = queries) ----------------------------------
-      const float* sl =
-          reinterpret_cast<const float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
-      const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
-        const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float ds;
-          float pv = grad.template operator()<false>(
-              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
-          if (!full) {
-            const int row = q0 + j * 8 + tig * 2 + (e & 1);
-            const int key = kw0 + g + (e >= 2 ? 8 : 0);
-            if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
-          }
-          s[4 * j + e] = pv;
-          dp[4 * j + e] = ds;
-        }
-      }
-      // Columns 16kk..16kk+15 of Pᵀ / dSᵀ = the A fragment of k16 step kk.
-      uint32_t pf[KS][4], df[KS][4];
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-        df[kk][0] = pack2<T>(dp[8 * kk + 0], dp[8 * kk + 1]);
-        df[kk][1] = pack2<T>(dp[8 * kk + 2], dp[8 * kk + 3]);
-        df[kk][2] = pack2<T>(dp[8 * kk + 4], dp[8 * kk + 5]);
-        df[kk][3] = pack2<T>(dp[8 * kk + 6], dp[8 * kk + 7]);
-      }
-      // dSᵀ to shared memory for dQ: rows g / g+8 of this warp, columns 16kk + 8·(r/2) + 2·tig.
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
-          const uint32_t addr = ds_addr(row, col / 8) + (col % 8) * 2;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
-        }
-
-      // ---- dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO =
-      // the next 64 columns, BQ rows further) ------------------------------------------------
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
-        wgmma_rs<T, D, 1>(acc_dv, pf[kk],
-                          gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
-        wgmma_rs<T, D, 1>(acc_dk, df[kk],
-                          gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
-      wgmma_commit();
-      // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
-      // registers for dQᵀ (the register budget of D = 128).
-      if constexpr (BQ > 32) wgmma_wait<0>();
-
-      // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
-      fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
-      // The dQ staging tile written below was handed to the copy engine two steps ago.
-      if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
-      __syncthreads();            // the whole dSᵀ tile is written
-      float dq[kHalves][BQ / 2];  // halves wg·kHalves + i, over all BK keys
-#pragma unroll
-      for (int i = 0; i < kHalves; ++i)
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-          wgmma_ss<T, BQ, 1, 1>(
-              dq[i],
-              gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128, 1024,
-                        kGmmaSwizzle128),
-              gmma_desc(sDs + kk * 16 * kDsRowBytes, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle),
-              kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
-#pragma unroll
-      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
-
-      // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
-      const int dq_st = step % L::kDqStages;
-      float* const stg = dq_stage + dq_st * kDqTile;
-#pragma unroll
-      for (int i = 0; i < kHalves; ++i)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * (wg * kHalves + i) + wwarp * 16 + g +
-                (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
-      bulk_fence_writes();
-      pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
-      pending_stage = dq_st;
-      if (p.dq_ordered && tid == 0) {
-        const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
-        const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
-        pending_counter = p.dq_counters + tile;
-        pending_rank = (unsigned)(kv_block - keys.begin / BK);
-        pending_seen = load_counter(pending_counter);
-      }
-    }
-    __syncthreads();  // the last staging tile is complete
+    float s[BQ / 2], dp[BQ / 2];
+    wgmma_fence();
+    keys_times_queries_t(s, sK, sQ);
+    keys_times_queries_t(dp, sV, sDo);
+    wgmma_commit();
+    // The last step's dQ staging tile is complete (barrier above): hand it over while the
+    // products run (thread 0 may wait for its turn in the ordered mode).
     issue_pending();
-    if (tid == 0) {
-      bulk_wait_all();  // this key block's adds precede the next one's
-      for (unsigned*& c : unreleased) {
-        if (c != nullptr) release_counter(c);
-        c = nullptr;
+    wgmma_wait<0>();
+    wgmma_fence_operands(s);
+    wgmma_fence_operands(dp);
+
+    // ---- Pᵀ and dSᵀ (rows = keys, columns = queries) ----------------------------------
+    const float* sl =
+        reinterpret_cast<const float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
+    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
+      const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float ds;
+        float pv = grad.template operator()<false>(
+            s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
+        if (!full) {
+          const int row = q0 + j * 8 + tig * 2 + (e & 1);
+          const int key = kw0 + g + (e >= 2 ? 8 : 0);
+          if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+        }
+        s[4 * j + e] = pv;
+        dp[4 * j + e] = ds;
       }
     }
-    wgmma_fence_operands(acc_dk);
-    wgmma_fence_operands(acc_dv);
-
-    // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
+    // Columns 16kk..16kk+15 of Pᵀ / dSᵀ = the A fragment of k16 step kk.
+    uint32_t pf[KS][4], df[KS][4];
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = kw0 + g + hr * 8;
-      if (row >= skv) continue;
-      T* dk_row = dk + (int64_t)row * f.k_stride[1];
-      T* dv_row = dv + (int64_t)row * f.v_stride[1];
+    for (int kk = 0; kk < KS; ++kk) {
+      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      df[kk][0] = pack2<T>(dp[8 * kk + 0], dp[8 * kk + 1]);
+      df[kk][1] = pack2<T>(dp[8 * kk + 2], dp[8 * kk + 3]);
+      df[kk][2] = pack2<T>(dp[8 * kk + 4], dp[8 * kk + 5]);
+      df[kk][3] = pack2<T>(dp[8 * kk + 6], dp[8 * kk + 7]);
+    }
+    // dSᵀ to shared memory for dQ: rows g / g+8 of this warp, columns 16kk + 8·(r/2) + 2·tig.
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        const int col = j * 8 + tig * 2;
-        if (col < f.head_dim)
-          *reinterpret_cast<uint32_t*>(dk_row + col) =
-              pack2<T>(acc_dk[4 * j + 2 * hr] * f.scale, acc_dk[4 * j + 2 * hr + 1] * f.scale);
-        if (col < f.head_dim_v)
-          *reinterpret_cast<uint32_t*>(dv_row + col) =
-              pack2<T>(acc_dv[4 * j + 2 * hr], acc_dv[4 * j + 2 * hr + 1]);
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
+        const uint32_t addr = ds_addr(row, col / 8) + (col % 8) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
       }
+
+    // ---- dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO =
+    // the next 64 columns, BQ rows further) ------------------------------------------------
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+      wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128),
+                        1);
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+      wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128),
+                        1);
+    wgmma_commit();
+    // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
+    // registers for dQᵀ (the register budget of D = 128).
+    if constexpr (BQ > 32) wgmma_wait<0>();
+
+    // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
+    fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
+    // The dQ staging tile written below was handed to the copy engine two steps ago.
+    if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
+    __syncthreads();            // the whole dSᵀ tile is written
+    float dq[kHalves][BQ / 2];  // halves wg·kHalves + i, over all BK keys
+#pragma unroll
+    for (int i = 0; i < kHalves; ++i)
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+        wgmma_ss<T, BQ, 1, 1>(
+            dq[i],
+            gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128, 1024,
+                      kGmmaSwizzle128),
+            gmma_desc(sDs + kk * 16 * kDsRowBytes, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle),
+            kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
+#pragma unroll
+    for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+
+    // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
+    const int dq_st = step % L::kDqStages;
+    float* const stg = dq_stage + dq_st * kDqTile;
+#pragma unroll
+    for (int i = 0; i < kHalves; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * (wg * kHalves + i) + wwarp * 16 + g +
+              (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
+    bulk_fence_writes();
+    pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
+    pending_stage = dq_st;
+    if (p.dq_ordered && tid == 0) {
+      const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
+      const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
+      pending_counter = p.dq_counters + tile;
+      pending_rank = (unsigned)(kv_block - keys.begin / BK);
+      pending_seen = load_counter(pending_counter);
+    }
+  }
+  __syncthreads();  // the last staging tile is complete
+  issue_pending();
+  if (tid == 0) {
+    bulk_wait_all();  // every add performed (and its shared source read) before the exit
+    if (unreleased != nullptr) release_counter(unreleased);
+  }
+  wgmma_fence_operands(acc_dk);
+  wgmma_fence_operands(acc_dv);
+
+  // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = kw0 + g + hr * 8;
+    if (row >= skv) continue;
+    T* dk_row = dk + (int64_t)row * f.k_stride[1];
+    T* dv_row = dv + (int64_t)row * f.v_stride[1];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = j * 8 + tig * 2;
+      if (col < f.head_dim)
+        *reinterpret_cast<uint32_t*>(dk_row + col) =
+            pack2<T>(acc_dk[4 * j + 2 * hr] * f.scale, acc_dk[4 * j + 2 * hr + 1] * f.scale);
+      if (col < f.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv_row + col) =
+            pack2<T>(acc_dv[4 * j + 2 * hr], acc_dv[4 * j + 2 * hr + 1]);
     }
   }
 #else
