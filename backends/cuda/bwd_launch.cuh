@@ -2,9 +2,10 @@
 // this and instantiates its dim, so the kernels compile in parallel translation units.
 //
 // Launch order on desc.stream (no synchronisation): preprocess (Δ, lse rescaled) ->
-// zero the dQ slices -> dK/dV/dQ-partials -> dQ convert. Workspace (p.delta, from the
-// cached per-(device, stream) buffer): f32 [batch, heads_q, rows_pad] Δ, then lse, then
-// p.dq_slices f32 dQ slices [batch, heads_q, rows_pad, tile dim] (bwd_dq_plan).
+// dK/dV/dQ-partials -> dQ convert. Workspace (p.delta, from the cached per-(device,
+// stream) buffer): f32 [batch, heads_q, rows_pad] Δ, then lse, then p.dq_slices f32 dQ
+// slices [batch, heads_q, rows_pad, p.dq_row_floats] and the ordered mode's counters
+// (bwd_dq_plan); cuda_backend.cu zeroes the slices and counters before this runs.
 #pragma once
 
 #include "bwd_dq_convert.cuh"
@@ -26,11 +27,6 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
-    // The dQ slices and (ordered mode) the counters behind them start at zero.
-    const int64_t counters =
-        p.dq_ordered ? (int64_t)batch * p.f.heads_q * (rows_pad / BwdWgmmaConfig<128>::kBlockQ) : 0;
-    cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (p.dq_slices * p.dq_slice_floats + counters),
-                    stream);
     if constexpr (kDim == 128) {
       if (p.wgmma)
         launch_bwd_wgmma<T, BwdWgmmaConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);

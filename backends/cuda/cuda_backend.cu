@@ -500,6 +500,11 @@ struct CudaBackend {
     b.dq_exclusive = p.nondeterministic == 0 && !plan.ordered;
     b.dq_ordered = plan.ordered;
     b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
+    // The dQ slices and the counters behind them start at zero (f32: none).
+    const int64_t dq_words = plan.slices * plan.slice_floats + plan.counters;
+    if (dq_words > 0)
+      check_cuda(cudaMemsetAsync(b.dq_accum, 0, sizeof(float) * dq_words, stream),
+                 "cudaMemsetAsync (dQ accumulator)");
     switch (p.dtype) {
       case FLASH_F32:
         dispatch_backward<Dtype::f32>(dim, b, batch, stream);
