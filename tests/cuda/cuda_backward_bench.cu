@@ -19,33 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.cuh"
 #include "module_loader.hpp"
-
-namespace {
-
-__global__ void fill_random(void* p, size_t n, unsigned seed, int dtype) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    const float f = (x & 0xffffff) / float(0x1000000) * 2.f - 1.f;
-    if (dtype == FLASH_F16)
-      static_cast<__half*>(p)[i] = __float2half(f);
-    else if (dtype == FLASH_BF16)
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
-    else
-      static_cast<float*>(p)[i] = f;
-  }
-}
-__global__ void fill_value(float* p, size_t n, float v) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    p[i] = v;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -95,23 +70,7 @@ int main(int argc, char** argv) {
       for (void* ptr : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(ptr, n, seed++, dtype);
       for (int causal = 0; causal < 2; ++causal)
         for (int mode = 0; mode < (atomic ? 2 : 1); ++mode) {
-          flash_problem p{};
-          p.batch = B;
-          p.seqlen_q = S;
-          p.seqlen_kv = S;
-          p.heads_q = H;
-          p.heads_kv = H;
-          p.head_dim = D;
-          p.head_dim_v = D;
-          p.dtype = dtype;
-          p.causal = causal;
-          p.scale = 1.f / std::sqrt((float)D);
-          p.window_left = -1;
-          p.window_right = -1;
-          const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
-          for (int j = 0; j < 3; ++j)
-            p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
-          p.lse = lse;
+          flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);
           p.nondeterministic = mode;
           flash_message msg{}, choice{};
           m->choose(&p, FLASH_BACKWARD, &choice);

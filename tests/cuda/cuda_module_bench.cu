@@ -16,26 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.cuh"
 #include "module_loader.hpp"
-
-namespace {
-
-__global__ void fill_random(unsigned short* p, size_t n, unsigned seed, int dtype) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    const float f = (x & 0xffffff) / float(0x1000000) * 2.f - 1.f;
-    if (dtype == FLASH_F16)
-      p[i] = __half_as_ushort(__float2half(f));
-    else if (dtype == FLASH_BF16)
-      p[i] = __bfloat16_as_ushort(__float2bfloat16(f));
-    else
-      reinterpret_cast<float*>(p)[i] = f;
-  }
-}
 
 #define CHECK(x)                                                   \
   do {                                                             \
@@ -45,8 +27,6 @@ __global__ void fill_random(unsigned short* p, size_t n, unsigned seed, int dtyp
       std::exit(1);                                                \
     }                                                              \
   } while (0)
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -98,29 +78,13 @@ int main(int argc, char** argv) {
       CHECK(cudaMalloc(&dk, n * eb));
       CHECK(cudaMalloc(&dv, n * eb));
       CHECK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-      fill_random<<<1024, 256>>>((unsigned short*)q, n, 1, dtype);
-      fill_random<<<1024, 256>>>((unsigned short*)k, n, 2, dtype);
-      fill_random<<<1024, 256>>>((unsigned short*)v, n, 3, dtype);
-      fill_random<<<1024, 256>>>((unsigned short*)dout, n, 4, dtype);
+      fill_random<<<1024, 256>>>(q, n, 1, dtype);
+      fill_random<<<1024, 256>>>(k, n, 2, dtype);
+      fill_random<<<1024, 256>>>(v, n, 3, dtype);
+      fill_random<<<1024, 256>>>(dout, n, 4, dtype);
       CHECK(cudaDeviceSynchronize());
       for (int causal = 0; causal < 2; ++causal) {
-        flash_problem p{};
-        p.batch = B;
-        p.seqlen_q = S;
-        p.seqlen_kv = S;
-        p.heads_q = H;
-        p.heads_kv = H;
-        p.head_dim = D;
-        p.head_dim_v = D;
-        p.dtype = dtype;
-        p.causal = causal;
-        p.scale = 1.f / std::sqrt((float)D);
-        p.window_left = -1;
-        p.window_right = -1;
-        const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
-        for (int j = 0; j < 3; ++j)
-          p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
-        p.lse = lse;
+        flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);
         flash_message msg{};
         auto time_it = [&](auto&& fn) {
           for (int w = 0; w < 3; ++w) fn();

@@ -1,0 +1,56 @@
+// Inputs of the cuda timing tools (cuda_module_bench, cuda_backward_bench): random device
+// tensors and the packed problems of FlashAttention's benchmark shapes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "dispatch/module_abi.h"
+
+// Uniform values in [-1, 1) from a hash of the index (the same for every run and seed),
+// stored as `dtype`.
+static __global__ void fill_random(void* p, size_t n, unsigned seed, int dtype) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    const float f = (x & 0xffffff) / float(0x1000000) * 2.f - 1.f;
+    if (dtype == FLASH_F16)
+      static_cast<__half*>(p)[i] = __float2half(f);
+    else if (dtype == FLASH_BF16)
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
+    else
+      static_cast<float*>(p)[i] = f;
+  }
+}
+
+static __global__ void fill_value(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    p[i] = v;
+}
+
+// Packed [B, S, H, D] self-attention problem (seqlen_q = seqlen_kv = S, H heads for q and
+// kv), softmax scale 1/sqrt(D), no window, lse written to `lse`.
+inline flash_problem packed_problem(int B, int S, int H, int D, int dtype, bool causal,
+                                    float* lse) {
+  flash_problem p{};
+  p.batch = B;
+  p.seqlen_q = p.seqlen_kv = S;
+  p.heads_q = p.heads_kv = H;
+  p.head_dim = p.head_dim_v = D;
+  p.dtype = dtype;
+  p.causal = causal;
+  p.scale = 1.f / std::sqrt((float)D);
+  p.window_left = p.window_right = -1;
+  const int64_t st[3] = {(int64_t)S * H * D, (int64_t)H * D, D};
+  for (int j = 0; j < 3; ++j) p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
+  p.lse = lse;
+  return p;
+}
