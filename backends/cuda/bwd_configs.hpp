@@ -43,7 +43,11 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 4  // overlapped wgmma at D = 128
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, true
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma at D = 64
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -118,41 +122,52 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// sm_90a backward (bwd_wgmma_kernel.cuh), head dim 128 (at 64 the mma.sync kernel measured
-// faster, bench/RESULTS.md 2026-11-22): kWarpGroups warpgroups per
+// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128: kWarpGroups warpgroups per
 // block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
-// or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers (dK,
-// dV: D/2 each per thread).
+// or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
+// (dK, dV: D/2 each per thread). kOverlap: step i−1's dV/dK/dQᵀ products run while step i's
+// element-wise phase does (a second set of Pᵀ/dSᵀ fragments: fits the registers at D = 64).
 template <int kDim>
 struct BwdWgmmaConfig;
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB)                                          \
-  template <>                                                                            \
-  struct BwdWgmmaConfig<D> {                                                             \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;   \
-    static constexpr int kMinBlocks = MINB;                                              \
-    static constexpr const char* kName = "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                        \
+  template <>                                                                                   \
+  struct BwdWgmmaConfig<D> {                                                                    \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;          \
+    static constexpr int kMinBlocks = MINB;                                                     \
+    static constexpr bool kOverlap = OVERLAP;                                                   \
+    static constexpr const char* kName =                                                        \
+        OVERLAP ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB "_overlap"                     \
+                : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB;                               \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP).
-#ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1
+#ifndef FLASH_BWD_WGMMA_TUNE_64
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true
 #endif
+#ifndef FLASH_BWD_WGMMA_TUNE_128
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
+#endif
+FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
 
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
-// [D/64][BK rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, the dSᵀ
-// tile (SW64 / SW128 [BK][BQ]), two dQ staging tiles [BQ][D + 8] f32; 1024 bytes of alignment
-// slack.
+// [D/64][BK rows][64]), kStages stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, kDsTiles
+// dSᵀ tiles (SW64 / SW128 [BK][BQ]), two dQ staging tiles [BQ][D + 4] f32; 1024 bytes of
+// alignment slack. The overlapped order reads step i−1's stage and dSᵀ tile while step i's
+// are in use and step i+1's stage loads: three stages, two dSᵀ tiles.
 template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
+  static constexpr int kStages = C::kOverlap ? 3 : 2, kDsTiles = C::kOverlap ? 2 : 1;
   static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
-  static constexpr int kDs = kStage + 2 * kStageBytes;
-  static constexpr int kDq = kDs + BK * BQ * 2;
+  static constexpr int kDs = kStage + kStages * kStageBytes, kDsBytes = BK * BQ * 2;
+  // Overlapped order: Pᵀ tiles too (dV reads Pᵀ from shared memory).
+  static constexpr int kPt = kDs + kDsTiles * kDsBytes;
+  static constexpr int kDq = kPt + (C::kOverlap ? kDsTiles * kDsBytes : 0);
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
   // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
@@ -161,7 +176,9 @@ struct BwdWgmmaLayout {
   static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
-  static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0, "swizzle bases");
+  static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0 &&
+                    kDsBytes % 1024 == 0,
+                "swizzle bases");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
@@ -174,11 +191,16 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
     const char* e = std::getenv("FLASH_CUDA_BWD");
     return e != nullptr && std::string(e) == "mma";
   }();
-  return !is_f32 && dim == 128 && cc_major == 9 && cc_minor == 0 && !forced_mma;
+  return !is_f32 && (dim == 64 || dim == 128) && cc_major == 9 && cc_minor == 0 && !forced_mma;
 #else
   (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor;
   return false;
 #endif
+}
+// Calls fn(BwdWgmmaConfig<dim>{}) for a head dim the wgmma kernel has (bwd_wgmma_usable).
+template <class Fn>
+auto with_wgmma_config(int dim, Fn&& fn) {
+  return dim == 64 ? fn(BwdWgmmaConfig<64>{}) : fn(BwdWgmmaConfig<128>{});
 }
 
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows
@@ -244,14 +266,14 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
                              int sms) {
   if (is_f32) return {};
   if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
-    BwdDqPlan plan = bwd_dq_plan_for<BwdWgmmaConfig<128>>(
-        false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms,
-        BwdWgmmaLayout<BwdWgmmaConfig<128>>::kDqRowFloats);
-    plan.ordered = deterministic;
-    plan.counters = deterministic
-                        ? batch * heads_q * (bwd_rows_pad(seqlen_q) / BwdWgmmaConfig<128>::kBlockQ)
-                        : 0;
-    return plan;
+    return with_wgmma_config(dim, [&](auto config) {
+      using C = decltype(config);
+      BwdDqPlan plan = bwd_dq_plan_for<C>(false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
+                                          sms, BwdWgmmaLayout<C>::kDqRowFloats);
+      plan.ordered = deterministic;
+      plan.counters = deterministic ? batch * heads_q * (bwd_rows_pad(seqlen_q) / C::kBlockQ) : 0;
+      return plan;
+    });
   }
   switch (dim) {
 #define FLASH_BWD_PLAN(D)                                                                     \
@@ -281,7 +303,7 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 // SIMT path. Past kBwdMaxUnsplitDim the kernel runs twice (dV pass, dK + dQ pass).
 inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   if (is_f32) return BwdSimtConfig::kName;
-  if (wgmma) return BwdWgmmaConfig<128>::kName;
+  if (wgmma) return with_wgmma_config(dim, [](auto c) { return std::string(decltype(c)::kName); });
   const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
@@ -296,7 +318,8 @@ inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
   return "";
 }
 inline int bwd_smem_bytes(bool is_f32, bool wgmma, int dim) {
-  if (!is_f32 && wgmma) return BwdWgmmaLayout<BwdWgmmaConfig<128>>::kSmemBytes;
+  if (!is_f32 && wgmma)
+    return with_wgmma_config(dim, [](auto c) { return BwdWgmmaLayout<decltype(c)>::kSmemBytes; });
   switch (dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \

@@ -166,7 +166,7 @@ __device__ __forceinline__ void dq_partial(float* dq_rows, float* stage, uint32_
 // two 16 x D f32 accumulators per warp do not fit the registers) one of them per pass.
 enum class KvRole { both, dv, dk };
 
-template <class T, class C, KvRole kRole, DqAdd kAdd>
+template <class T, class C, KvRole kRole, DqAdd kAdd, bool kSoftcap>
 __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     bwd_kv_kernel(const BwdParams p, const float* __restrict__ lse2,
                   const float* __restrict__ delta, int rows_pad) {
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               float ds;
-              float pv = grad.template operator()<false>(
+              float pv = grad.template eval<false, kSoftcap>(
                   s[mt][nt][e], dp[mt][nt][e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
               if (!full) {
                 const int row = q0 + nt * 8 + tig * 2 + (e & 1);
@@ -446,8 +446,12 @@ template <class T, class C, KvRole kRole, DqAdd kAdd>
 void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2, const float* delta,
                         int rows_pad, cudaStream_t stream) {
   using Dv = BwdKvDerived<C>;
-  constexpr auto kernel = bwd_kv_kernel<T, C, kRole, kAdd>;
-  set_max_dynamic_smem_once<kernel>(Dv::kSmemBytes);
+  // Softcap is a template parameter: its tanh code stays out of the common kernel.
+  constexpr auto kernel_plain = bwd_kv_kernel<T, C, kRole, kAdd, false>;
+  constexpr auto kernel_softcap = bwd_kv_kernel<T, C, kRole, kAdd, true>;
+  set_max_dynamic_smem_once<kernel_plain>(Dv::kSmemBytes);
+  set_max_dynamic_smem_once<kernel_softcap>(Dv::kSmemBytes);
+  const auto kernel = params.f.softcap > 0.f ? kernel_softcap : kernel_plain;
   // One-dimensional grid of dq_splits * (batches * kv heads) < 2^31 blocks per launch.
   const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
   const int chunk = (int)std::max<int64_t>(1, std::min<int64_t>(batch, INT32_MAX / per_batch));

@@ -66,7 +66,7 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-template <class T, class C>
+template <class T, class C, bool kSoftcap>
 __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
                      const float* __restrict__ delta, int rows_pad) {
@@ -74,26 +74,28 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   using L = BwdWgmmaLayout<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   constexpr int kThreads = C::kWarpGroups * 128, kChunks = D / 8;
-  // dQᵀ's 64-row halves (of D) are shared out over the warpgroups.
-  constexpr int kHalves = D / 64 / C::kWarpGroups;
-  static_assert((D / 64) % C::kWarpGroups == 0, "whole dQᵀ halves per warpgroup");
+  constexpr bool kOverlap = C::kOverlap;
+  // dQᵀ (D x BQ) is shared out over the warpgroups by 64-row halves of D or, when there
+  // are fewer halves than warpgroups (D = 64), by column halves: warpgroup wg then owns
+  // queries wg·kDqN...
+  constexpr bool kSplitCols = D / 64 < C::kWarpGroups;
+  constexpr int kHalves = kSplitCols ? 1 : D / 64 / C::kWarpGroups;
+  constexpr int kDqN = kSplitCols ? BQ / C::kWarpGroups : BQ;
+  static_assert(kSplitCols ? C::kWarpGroups == 2 && D == 64 : (D / 64) % C::kWarpGroups == 0,
+                "dQᵀ splits evenly over the warpgroups");
   constexpr int NJ = BQ / 8;   // n8 blocks of the Sᵀ accumulator
   constexpr int KS = BQ / 16;  // k16 steps of dV / dK
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
   // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or 128 (128-byte).
   constexpr int kDsRowBytes = BQ * 2;
   constexpr uint32_t kDsSwizzle = BQ == 32 ? kGmmaSwizzle64 : kGmmaSwizzle128;
-  static_assert(BQ == 32 || BQ == 64, "dSᵀ rows of one swizzle atom");
 
   extern __shared__ unsigned char smem_raw[];
   // wgmma's swizzle patterns repeat every 1024 bytes: align the window (slack included).
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
   unsigned char* const smem = smem_raw + (base - raw);
-  const uint32_t sK = base + L::kK, sV = base + L::kV, sDs = base + L::kDs;
-  auto ds_addr = [&](int row, int chunk) {
-    return BQ == 32 ? sw64_addr(sDs, row, chunk) : sw128_addr<BK>(sDs, row, chunk);
-  };
+  const uint32_t sK = base + L::kK, sV = base + L::kV;
   float* const dq_stage = reinterpret_cast<float*>(smem + L::kDq);
 
   const FwdParams& f = p.f;
@@ -148,118 +150,55 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
   const int steps = tiles_per_head * group;
 
-  // Query tiles from the last one down: under a causal mask every key block sees the
-  // last tiles, so the blocks of a head meet at each tile in key-block order (the
-  // ordered dQ mode then rarely waits).
-  auto load_step = [&](int step, int stage) {
-    const int head = kv_head * group + step / tiles_per_head;
-    const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
-    const uint32_t st = base + L::kStage + stage * L::kStageBytes;
+  // Step -> (query head, first query row). Query tiles from the last one down: under a
+  // causal mask every key block sees the last tiles, so the blocks of a head meet at each
+  // tile in key-block order (the ordered dQ mode then rarely waits).
+  auto step_head = [&](int step) { return kv_head * group + step / tiles_per_head; };
+  auto step_q0 = [&](int step) {
+    return (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
+  };
+  // Shared buffers of a step: Q / dO / lse / Δ stage, dSᵀ tile.
+  auto stage_q = [&](int step) { return base + L::kStage + (step % L::kStages) * L::kStageBytes; };
+  auto stage_floats = [&](int step) {
+    return reinterpret_cast<float*>(smem + L::kStage + (step % L::kStages) * L::kStageBytes +
+                                    2 * L::kTileQ);
+  };
+  auto ds_tile = [&](int step) { return base + L::kDs + (step % L::kDsTiles) * L::kDsBytes; };
+  auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
+
+  auto load_step = [&](int step) {
+    const int head = step_head(step), q0 = step_q0(step);
+    const uint32_t st = stage_q(step);
     load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
                                             sq, f.head_dim);
     load_sw128_async<BQ, kChunks, kThreads>(st + L::kTileQ, do_batch + head * f.o_stride[2],
                                             f.o_stride[1], q0, sq, f.head_dim_v);
     const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
-    float* fl = reinterpret_cast<float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
+    float* fl = stage_floats(step);
     load_floats_async(fl, lse2 + row_off, BQ, 0);
     load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
   };
 
+  // ---- the products of a step -------------------------------------------------------------
+  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the kk/4-th
+  // 64-column atom): rows (this warpgroup's 64 keys) of a K-major [keys][D] tile times the
+  // K-major [BQ][D] tile, transposed.
+  auto keys_times_queries_t = [&](float(&acc)[BQ / 2], uint32_t keys, uint32_t queries) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
+      const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
+      wgmma_ss<T, BQ, 0, 0>(acc, gmma_desc(keys + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
+                            gmma_desc(queries + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
+    }
+  };
+  // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
+  // 64 columns, BQ rows further).
   float acc_dk[D / 2], acc_dv[D / 2];  // 64 x D accumulators, this thread's part
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-
-  if (steps > 0) {
-    load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
-    load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
-    load_step(0, 0);
-    cp_async_commit();
-  }
-
-  for (int step = 0; step < steps; ++step) {
-    const int stage = step & 1;
-    const int head = kv_head * group + step / tiles_per_head;
-    const int q0 = (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
-    cp_async_wait<0>();
-    fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
-    __syncthreads();           // this stage visible to all; the other one is free
-    if (step + 1 < steps) load_step(step + 1, stage ^ 1);
-    cp_async_commit();
-    const uint32_t sQ = base + L::kStage + stage * L::kStageBytes, sDo = sQ + L::kTileQ;
-
-    // ---- Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the
-    // kk/4-th 64-column atom) ------------------------------------------------------------
-    // acc = rows (64 keys of this warpgroup) of a K-major [keys][D] tile times the K-major
-    // [BQ][D] tile, transposed.
-    auto keys_times_queries_t = [&](float(&acc)[BQ / 2], uint32_t keys, uint32_t queries) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
-        const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-        wgmma_ss<T, BQ, 0, 0>(acc, gmma_desc(keys + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
-                              gmma_desc(queries + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
-      }
-    };
-    float s[BQ / 2], dp[BQ / 2];
-    wgmma_fence();
-    keys_times_queries_t(s, sK, sQ);
-    keys_times_queries_t(dp, sV, sDo);
-    wgmma_commit();
-    // The last step's dQ staging tile is complete (barrier above): hand it over while the
-    // products run (thread 0 may wait for its turn in the ordered mode).
-    issue_pending();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s);
-    wgmma_fence_operands(dp);
-
-    // ---- Pᵀ and dSᵀ (rows = keys, columns = queries) ----------------------------------
-    const float* sl =
-        reinterpret_cast<const float*>(smem + L::kStage + stage * L::kStageBytes + 2 * L::kTileQ);
-    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
-      const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float ds;
-        float pv = grad.template operator()<false>(
-            s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
-        if (!full) {
-          const int row = q0 + j * 8 + tig * 2 + (e & 1);
-          const int key = kw0 + g + (e >= 2 ? 8 : 0);
-          if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
-        }
-        s[4 * j + e] = pv;
-        dp[4 * j + e] = ds;
-      }
-    }
-    // Columns 16kk..16kk+15 of Pᵀ / dSᵀ = the A fragment of k16 step kk.
-    uint32_t pf[KS][4], df[KS][4];
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      df[kk][0] = pack2<T>(dp[8 * kk + 0], dp[8 * kk + 1]);
-      df[kk][1] = pack2<T>(dp[8 * kk + 2], dp[8 * kk + 3]);
-      df[kk][2] = pack2<T>(dp[8 * kk + 4], dp[8 * kk + 5]);
-      df[kk][3] = pack2<T>(dp[8 * kk + 6], dp[8 * kk + 7]);
-    }
-    // dSᵀ to shared memory for dQ: rows g / g+8 of this warp, columns 16kk + 8·(r/2) + 2·tig.
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
-        const uint32_t addr = ds_addr(row, col / 8) + (col % 8) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
-      }
-
-    // ---- dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO =
-    // the next 64 columns, BQ rows further) ------------------------------------------------
-    wgmma_fence();
+  auto dv_dk_products = [&](int step, const uint32_t(&pf)[KS][4], const uint32_t(&df)[KS][4]) {
+    const uint32_t sQ = stage_q(step), sDo = sQ + L::kTileQ;
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
       wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128),
@@ -268,42 +207,103 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     for (int kk = 0; kk < KS; ++kk)
       wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128),
                         1);
-    wgmma_commit();
-    // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
-    // registers for dQᵀ (the register budget of D = 128).
-    if constexpr (BQ > 32) wgmma_wait<0>();
-
-    // ---- dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys) -------------------------------
-    fence_proxy_async_smem();  // this thread's dSᵀ stores are read by wgmma
-    // The dQ staging tile written below was handed to the copy engine two steps ago.
-    if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
-    __syncthreads();            // the whole dSᵀ tile is written
-    float dq[kHalves][BQ / 2];  // halves wg·kHalves + i, over all BK keys
+  };
+  // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
+  // rows; k16 step kk 32 bytes into the row of one swizzle atom).
+  auto dv_dk_products_ss = [&](int step) {
+    const uint32_t sQ = stage_q(step), sDo = sQ + L::kTileQ;
+    const uint32_t rows = wg * 64 * kDsRowBytes;
+    const uint32_t sPt = pt_tile(step) + rows, sDs = ds_tile(step) + rows;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+      wgmma_ss<T, D, 0, 1>(acc_dv, gmma_desc(sPt + kk * 32, 16, 8 * kDsRowBytes, kDsSwizzle),
+                           gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+      wgmma_ss<T, D, 0, 1>(acc_dk, gmma_desc(sDs + kk * 32, 16, 8 * kDsRowBytes, kDsSwizzle),
+                           gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
+  };
+  // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
+  // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
+  // follows absolute addresses).
+  const int q_first = kSplitCols ? wg * kDqN : 0;
+  auto half = [&](int i) { return kSplitCols ? 0 : wg * kHalves + i; };
+  auto dq_products = [&](int step, float(&dq)[kHalves][kDqN / 2]) {
+    const uint32_t sDs = ds_tile(step);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_ss<T, BQ, 1, 1>(
-            dq[i],
-            gmma_desc(sK + (wg * kHalves + i) * BK * 128 + kk * 2048, BK * 128, 1024,
-                      kGmmaSwizzle128),
-            gmma_desc(sDs + kk * 16 * kDsRowBytes, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle),
+        wgmma_ss<T, kDqN, 1, 1>(
+            dq[i], gmma_desc(sK + half(i) * BK * 128 + kk * 2048, BK * 128, 1024, kGmmaSwizzle128),
+            gmma_desc(sDs + kk * 16 * kDsRowBytes + q_first * 2, BK * kDsRowBytes,
+                      8 * kDsRowBytes, kDsSwizzle),
             kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
-#pragma unroll
-    for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+  };
 
-    // dQᵀ fragment (d = 64h + 16·warp + g (+8), q = 8j + 2·tig (+1)) -> staging [q][d].
+  // ---- the element-wise phase: Pᵀ and dSᵀ (rows = keys, columns = queries) -------------
+  // Pᵀ -> p_out, dSᵀ -> ds_out (f32; may alias s / dp).
+  auto scores_to_grads = [&](int step, const float(&s)[BQ / 2], const float(&dp)[BQ / 2],
+                             float(&p_out)[BQ / 2], float(&ds_out)[BQ / 2]) {
+    const int q0 = step_q0(step);
+    const float* sl = stage_floats(step);
+    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
+      const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float ds;
+        float pv = grad.template eval<false, kSoftcap>(s[4 * j + e], dp[4 * j + e],
+                                                       (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
+        if (!full) {
+          const int row = q0 + j * 8 + tig * 2 + (e & 1);
+          const int key = kw0 + g + (e >= 2 ? 8 : 0);
+          if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+        }
+        p_out[4 * j + e] = pv;
+        ds_out[4 * j + e] = ds;
+      }
+    }
+  };
+
+  // Columns 16kk..16kk+15 of an accumulator, rounded to T = the A fragment of k16 step kk.
+  auto pack_fragment = [&](const float(&acc)[BQ / 2], uint32_t(&frag)[KS][4]) {
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+  };
+  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile (rows g / g+8 of this warp, columns
+  // 16kk + 8·(r/2) + 2·tig), for products after the next barrier.
+  auto store_tile = [&](uint32_t sDs, const uint32_t(&df)[KS][4]) {
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
+        const uint32_t addr = (BQ == 32 ? sw64_addr(sDs, row, col / 8)
+                                        : sw128_addr<BK>(sDs, row, col / 8)) +
+                              (col % 8) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
+      }
+    fence_proxy_async_smem();  // the stores are read by wgmma (after a barrier)
+  };
+
+  // dQᵀ fragment (d = 64·half + 16·warp + g (+8), q = q_first + 8j + 2·tig (+1)) -> the
+  // staging tile [q][d]; it is handed to the copy engine after the next barrier.
+  auto stage_dq = [&](int step, float(&dq)[kHalves][kDqN / 2]) {
+    const int head = step_head(step), q0 = step_q0(step);
     const int dq_st = step % L::kDqStages;
     float* const stg = dq_stage + dq_st * kDqTile;
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
+      for (int j = 0; j < kDqN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          stg[(8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * (wg * kHalves + i) + wwarp * 16 + g +
+          stg[(q_first + 8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * half(i) + wwarp * 16 + g +
               (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
     bulk_fence_writes();
     pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
@@ -315,6 +315,151 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       pending_rank = (unsigned)(kv_block - keys.begin / BK);
       pending_seen = load_counter(pending_counter);
     }
+  };
+
+  // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
+  auto store_dk_dv = [&] {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = kw0 + g + hr * 8;
+      if (row >= skv) continue;
+      T* dk_row = dk + (int64_t)row * f.k_stride[1];
+      T* dv_row = dv + (int64_t)row * f.v_stride[1];
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = j * 8 + tig * 2;
+        if (col < f.head_dim)
+          *reinterpret_cast<uint32_t*>(dk_row + col) =
+              pack2<T>(acc_dk[4 * j + 2 * hr] * f.scale, acc_dk[4 * j + 2 * hr + 1] * f.scale);
+        if (col < f.head_dim_v)
+          *reinterpret_cast<uint32_t*>(dv_row + col) =
+              pack2<T>(acc_dv[4 * j + 2 * hr], acc_dv[4 * j + 2 * hr + 1]);
+      }
+    }
+  };
+  if (steps == 0) {  // no query row sees these keys: zero gradients (block-uniform exit)
+    store_dk_dv();
+    return;
+  }
+
+  load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
+  load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+  load_step(0);
+  cp_async_commit();
+
+  // Start of a step: its stage (and the last step's dSᵀ tile) visible to all, the next
+  // stage loading, the last dQ staging tile handed over (thread 0 may wait for its turn in
+  // the ordered mode). Kept out of the products' flight: a wgmma in flight across the
+  // divergent hand-over makes ptxas serialise the products.
+  auto begin_step = [&](int step) {
+    cp_async_wait<0>();
+    fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
+    // Overlapped order: the staging tile written in this step was handed over in the last.
+    if (kOverlap && tid == 0) bulk_wait_read<0>();
+    __syncthreads();
+    if (step + 1 < steps) load_step(step + 1);
+    cp_async_commit();
+    issue_pending();
+  };
+  auto sdp_products = [&](int step, float(&s)[BQ / 2], float(&dp)[BQ / 2]) {
+    keys_times_queries_t(s, sK, stage_q(step));
+    keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
+  };
+
+  if constexpr (kOverlap) {
+    // Overlapped order: the dV/dK/dQᵀ products of step i−1 run on the tensor cores while
+    // step i's element-wise phase runs (three of the five products hidden behind it):
+    //   barrier | Sᵀ/dPᵀ(i), dV/dK/dQᵀ(i−1) | wait Sᵀ/dPᵀ | element-wise(i) | wait | stage dQ(i−1)
+    // with a third Q/dO stage and a second dSᵀ tile (step i−1's are still being read) and
+    // a second set of Pᵀ/dSᵀ fragments. Step 0 and the last products are peeled off, so
+    // every product is issued and waited for on one path (no serialisation by ptxas).
+    // Pᵀ and dSᵀ go to shared tiles (two of each) and dV / dK read them from there: no
+    // register operand is in flight during the element-wise phase (ptxas serialises
+    // register-A products whose registers it cannot prove untouched), and the fragments'
+    // registers are free.
+    auto store_grads = [&](int step, const float(&pt)[BQ / 2], const float(&dst)[BQ / 2]) {
+      uint32_t frag[KS][4];
+      pack_fragment(pt, frag);
+      store_tile(pt_tile(step), frag);
+      pack_fragment(dst, frag);
+      store_tile(ds_tile(step), frag);
+    };
+    {
+      begin_step(0);
+      float s[BQ / 2], dp[BQ / 2];
+      wgmma_fence();
+      sdp_products(0, s, dp);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(0, s, dp, s, dp);
+      store_grads(0, s, dp);
+    }
+    for (int step = 1; step < steps; ++step) {
+      begin_step(step);
+      float s[BQ / 2], dp[BQ / 2], dq[kHalves][kDqN / 2];
+      wgmma_fence();
+      sdp_products(step, s, dp);
+      wgmma_commit();
+      dv_dk_products_ss(step - 1);
+      dq_products(step - 1, dq);
+      wgmma_commit();
+      wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(step, s, dp, s, dp);
+      store_grads(step, s, dp);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+      stage_dq(step - 1, dq);
+    }
+    {  // the last step's products, once its tiles are complete
+      begin_step(steps);
+      float dq[kHalves][kDqN / 2];
+      wgmma_fence();
+      dv_dk_products_ss(steps - 1);
+      dq_products(steps - 1, dq);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+      stage_dq(steps - 1, dq);
+    }
+  } else {
+    // Serial order (the register budget of D = 128):
+    //   Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
+    for (int step = 0; step < steps; ++step) {
+      begin_step(step);
+      float s[BQ / 2], dp[BQ / 2], dq[kHalves][kDqN / 2];
+      wgmma_fence();
+      sdp_products(step, s, dp);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(step, s, dp, s, dp);
+      uint32_t pf[KS][4], df[KS][4];
+      pack_fragment(s, pf);
+      pack_fragment(dp, df);
+      store_tile(ds_tile(step), df);
+      wgmma_fence();
+      dv_dk_products(step, pf, df);
+      wgmma_commit();
+      // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
+      // registers for dQᵀ (the register budget of D = 128).
+      if constexpr (BQ > 32) wgmma_wait<0>();
+      // The dQ staging tile written below was handed to the copy engine two steps ago.
+      if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
+      __syncthreads();  // the whole dSᵀ tile is written
+      dq_products(step, dq);
+      wgmma_commit();
+      wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
+#pragma unroll
+      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+      stage_dq(step, dq);
+    }
   }
   __syncthreads();  // the last staging tile is complete
   issue_pending();
@@ -324,25 +469,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   }
   wgmma_fence_operands(acc_dk);
   wgmma_fence_operands(acc_dv);
-
-  // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = kw0 + g + hr * 8;
-    if (row >= skv) continue;
-    T* dk_row = dk + (int64_t)row * f.k_stride[1];
-    T* dv_row = dv + (int64_t)row * f.v_stride[1];
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int col = j * 8 + tig * 2;
-      if (col < f.head_dim)
-        *reinterpret_cast<uint32_t*>(dk_row + col) =
-            pack2<T>(acc_dk[4 * j + 2 * hr] * f.scale, acc_dk[4 * j + 2 * hr + 1] * f.scale);
-      if (col < f.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv_row + col) =
-            pack2<T>(acc_dv[4 * j + 2 * hr], acc_dv[4 * j + 2 * hr + 1]);
-    }
-  }
+  store_dk_dv();
 #else
   __trap();  // chosen only where sm_90a code exists (bwd_wgmma_usable)
 #endif
@@ -352,8 +479,12 @@ template <class T, class C>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
   using L = BwdWgmmaLayout<C>;
-  constexpr auto kernel = bwd_wgmma_kernel<T, C>;
-  set_max_dynamic_smem_once<kernel>(L::kSmemBytes);
+  // Softcap is a template parameter: its tanh code stays out of the common kernel.
+  constexpr auto kernel_plain = bwd_wgmma_kernel<T, C, false>;
+  constexpr auto kernel_softcap = bwd_wgmma_kernel<T, C, true>;
+  set_max_dynamic_smem_once<kernel_plain>(L::kSmemBytes);
+  set_max_dynamic_smem_once<kernel_softcap>(L::kSmemBytes);
+  const auto kernel = params.f.softcap > 0.f ? kernel_softcap : kernel_plain;
   const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
   const int chunk = (int)std::max<int64_t>(1, std::min<int64_t>(batch, INT32_MAX / per_batch));
   BwdParams p = params;

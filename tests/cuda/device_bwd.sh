@@ -70,7 +70,7 @@ if has ncu2; then  # why the main kernels run at the rate they do (S=4096, not c
     m=$m,smsp__average_warps_issue_stalled_${st}_per_issue_active.ratio
   done
   for d in ${DIMS:-64 128}; do
-    ncu --clock-control none --metrics $m -k regex:'bwd_(kv|q)_kernel' --launch-count 2 \
+    ncu --clock-control none --metrics $m -k regex:'bwd_(kv|wgmma)_kernel' --launch-count 2 \
       $T/cuda_backward_bench "$MOD" --dims $d --seqlens 4096 --iters 1 2>&1 |
       grep -E "bwd_|pct|ratio|sum" | sed -E 's/ +/ /g' | tee -a "$OUT/ncu2.log"
   done
