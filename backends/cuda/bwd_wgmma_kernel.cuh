@@ -150,12 +150,22 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
   const int steps = tiles_per_head * group;
 
-  // Step -> (query head, first query row). Query tiles from the last one down: under a
-  // causal mask every key block sees the last tiles, so the blocks of a head meet at each
-  // tile in key-block order (the ordered dQ mode then rarely waits).
-  auto step_head = [&](int step) { return kv_head * group + step / tiles_per_head; };
-  auto step_q0 = [&](int step) {
-    return (qt_begin + tiles_per_head - 1 - step % tiles_per_head) * BQ;
+  // The query tile of a step: (step, query head, first query row), advanced without
+  // divisions. Query tiles from the last one down: under a causal mask every key block
+  // sees the last tiles, so the blocks of a head meet at each tile in key-block order (the
+  // ordered dQ mode then rarely waits).
+  struct Tile {
+    int step, head, q0;
+  };
+  const int q0_last = (qt_begin + tiles_per_head - 1) * BQ;
+  auto next_tile = [&](Tile t) {
+    ++t.step;
+    t.q0 -= BQ;
+    if (t.q0 < qt_begin * BQ) {
+      t.q0 = q0_last;
+      ++t.head;
+    }
+    return t;
   };
   // Shared buffers of a step: Q / dO / lse / Δ stage, dSᵀ tile.
   auto stage_q = [&](int step) { return base + L::kStage + (step % L::kStages) * L::kStageBytes; };
@@ -166,15 +176,15 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   auto ds_tile = [&](int step) { return base + L::kDs + (step % L::kDsTiles) * L::kDsBytes; };
   auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
 
-  auto load_step = [&](int step) {
-    const int head = step_head(step), q0 = step_q0(step);
-    const uint32_t st = stage_q(step);
+  auto load_step = [&](Tile t) {
+    const int head = t.head, q0 = t.q0;
+    const uint32_t st = stage_q(t.step);
     load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
                                             sq, f.head_dim);
     load_sw128_async<BQ, kChunks, kThreads>(st + L::kTileQ, do_batch + head * f.o_stride[2],
                                             f.o_stride[1], q0, sq, f.head_dim_v);
     const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
-    float* fl = stage_floats(step);
+    float* fl = stage_floats(t.step);
     load_floats_async(fl, lse2 + row_off, BQ, 0);
     load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
   };
@@ -243,10 +253,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 
   // ---- the element-wise phase: Pᵀ and dSᵀ (rows = keys, columns = queries) -------------
   // Pᵀ -> p_out, dSᵀ -> ds_out (f32; may alias s / dp).
-  auto scores_to_grads = [&](int step, const float(&s)[BQ / 2], const float(&dp)[BQ / 2],
+  auto scores_to_grads = [&](Tile t, const float(&s)[BQ / 2], const float(&dp)[BQ / 2],
                              float(&p_out)[BQ / 2], float(&ds_out)[BQ / 2]) {
-    const int q0 = step_q0(step);
-    const float* sl = stage_floats(step);
+    const int q0 = t.q0;
+    const float* sl = stage_floats(t.step);
     const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
@@ -275,27 +285,28 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 #pragma unroll
       for (int r = 0; r < 4; ++r) frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
   };
-  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile (rows g / g+8 of this warp, columns
-  // 16kk + 8·(r/2) + 2·tig), for products after the next barrier.
-  auto store_tile = [&](uint32_t sDs, const uint32_t(&df)[KS][4]) {
+  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile, for products after the next barrier.
+  // stmatrix x4 writes k16 step kk's four 8x8 blocks (register r: rows +8·(r&1), columns
+  // 16kk + 8·(r>>1)); lane l gives the address of row l%8 of block l/8.
+  const int st_row = warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), st_chunk = lane >> 4;
+  auto store_tile = [&](uint32_t tile, const uint32_t(&frag)[KS][4]) {
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = warp * 16 + g + (r & 1) * 8, col = kk * 16 + (r >> 1) * 8 + tig * 2;
-        const uint32_t addr = (BQ == 32 ? sw64_addr(sDs, row, col / 8)
-                                        : sw128_addr<BK>(sDs, row, col / 8)) +
-                              (col % 8) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(df[kk][r]) : "memory");
-      }
+    for (int kk = 0; kk < KS; ++kk) {
+      const int chunk = 2 * kk + st_chunk;
+      const uint32_t addr =
+          BQ == 32 ? sw64_addr(tile, st_row, chunk) : sw128_addr<BK>(tile, st_row, chunk);
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                   "r"(frag[kk][0]), "r"(frag[kk][1]), "r"(frag[kk][2]), "r"(frag[kk][3])
+                   : "memory");
+    }
     fence_proxy_async_smem();  // the stores are read by wgmma (after a barrier)
   };
 
   // dQᵀ fragment (d = 64·half + 16·warp + g (+8), q = q_first + 8j + 2·tig (+1)) -> the
   // staging tile [q][d]; it is handed to the copy engine after the next barrier.
-  auto stage_dq = [&](int step, float(&dq)[kHalves][kDqN / 2]) {
-    const int head = step_head(step), q0 = step_q0(step);
-    const int dq_st = step % L::kDqStages;
+  auto stage_dq = [&](Tile t, float(&dq)[kHalves][kDqN / 2]) {
+    const int head = t.head, q0 = t.q0;
+    const int dq_st = t.step % L::kDqStages;
     float* const stg = dq_stage + dq_st * kDqTile;
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
@@ -342,24 +353,29 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     return;
   }
 
+  const Tile first{0, kv_head * group, q0_last};
   load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
   load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
-  load_step(0);
+  load_step(first);
   cp_async_commit();
 
-  // Start of a step: its stage (and the last step's dSᵀ tile) visible to all, the next
-  // stage loading, the last dQ staging tile handed over (thread 0 may wait for its turn in
+  // Start of a step: its stage (and the last step's shared tiles) visible to all, older
+  // buffers free, the last dQ staging tile handed over (thread 0 may wait for its turn in
   // the ordered mode). Kept out of the products' flight: a wgmma in flight across the
   // divergent hand-over makes ptxas serialise the products.
-  auto begin_step = [&](int step) {
+  auto begin_step = [&] {
     cp_async_wait<0>();
     fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
     // Overlapped order: the staging tile written in this step was handed over in the last.
     if (kOverlap && tid == 0) bulk_wait_read<0>();
     __syncthreads();
-    if (step + 1 < steps) load_step(step + 1);
-    cp_async_commit();
     issue_pending();
+  };
+  // The next step's stage, issued once this step's products are under way (its address
+  // arithmetic then overlaps them).
+  auto load_next = [&](Tile next) {
+    if (next.step < steps) load_step(next);
+    cp_async_commit();
   };
   auto sdp_products = [&](int step, float(&s)[BQ / 2], float(&dp)[BQ / 2]) {
     keys_times_queries_t(s, sK, stage_q(step));
@@ -370,13 +386,11 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     // Overlapped order: the dV/dK/dQᵀ products of step i−1 run on the tensor cores while
     // step i's element-wise phase runs (three of the five products hidden behind it):
     //   barrier | Sᵀ/dPᵀ(i), dV/dK/dQᵀ(i−1) | wait Sᵀ/dPᵀ | element-wise(i) | wait | stage dQ(i−1)
-    // with a third Q/dO stage and a second dSᵀ tile (step i−1's are still being read) and
-    // a second set of Pᵀ/dSᵀ fragments. Step 0 and the last products are peeled off, so
-    // every product is issued and waited for on one path (no serialisation by ptxas).
-    // Pᵀ and dSᵀ go to shared tiles (two of each) and dV / dK read them from there: no
-    // register operand is in flight during the element-wise phase (ptxas serialises
-    // register-A products whose registers it cannot prove untouched), and the fragments'
-    // registers are free.
+    // with a third Q/dO stage and second Pᵀ / dSᵀ tiles (step i−1's are still being read).
+    // dV / dK read Pᵀ and dSᵀ from shared memory: no register operand is in flight during
+    // the element-wise phase (ptxas serialises register-A products whose registers it
+    // cannot prove untouched). Step 0 and the last products are peeled off, so every
+    // product is issued and waited for on one path.
     auto store_grads = [&](int step, const float(&pt)[BQ / 2], const float(&dst)[BQ / 2]) {
       uint32_t frag[KS][4];
       pack_fragment(pt, frag);
@@ -384,20 +398,23 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       pack_fragment(dst, frag);
       store_tile(ds_tile(step), frag);
     };
+    Tile prev = first;
     {
-      begin_step(0);
+      begin_step();
       float s[BQ / 2], dp[BQ / 2];
       wgmma_fence();
       sdp_products(0, s, dp);
       wgmma_commit();
+      load_next(next_tile(first));
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
-      scores_to_grads(0, s, dp, s, dp);
+      scores_to_grads(first, s, dp, s, dp);
       store_grads(0, s, dp);
     }
     for (int step = 1; step < steps; ++step) {
-      begin_step(step);
+      const Tile cur = next_tile(prev);
+      begin_step();
       float s[BQ / 2], dp[BQ / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
@@ -405,18 +422,20 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       dv_dk_products_ss(step - 1);
       dq_products(step - 1, dq);
       wgmma_commit();
+      load_next(next_tile(cur));
       wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
-      scores_to_grads(step, s, dp, s, dp);
+      scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
-      stage_dq(step - 1, dq);
+      stage_dq(prev, dq);
+      prev = cur;
     }
     {  // the last step's products, once its tiles are complete
-      begin_step(steps);
+      begin_step();
       float dq[kHalves][kDqN / 2];
       wgmma_fence();
       dv_dk_products_ss(steps - 1);
@@ -425,21 +444,23 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
-      stage_dq(steps - 1, dq);
+      stage_dq(prev, dq);
     }
   } else {
     // Serial order (the register budget of D = 128):
     //   Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
+    Tile cur = first;
     for (int step = 0; step < steps; ++step) {
-      begin_step(step);
+      begin_step();
       float s[BQ / 2], dp[BQ / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
+      load_next(next_tile(cur));
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
-      scores_to_grads(step, s, dp, s, dp);
+      scores_to_grads(cur, s, dp, s, dp);
       uint32_t pf[KS][4], df[KS][4];
       pack_fragment(s, pf);
       pack_fragment(dp, df);
@@ -458,7 +479,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
-      stage_dq(step, dq);
+      stage_dq(cur, dq);
+      cur = next_tile(cur);
     }
   }
   __syncthreads();  // the last staging tile is complete
