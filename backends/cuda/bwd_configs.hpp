@@ -46,6 +46,8 @@ struct BwdKvConfig;
 #define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 4  // overlapped wgmma at D = 128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, true
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6  // 32-query tiles at D = 64
+#define FLASH_BWD_WGMMA_TUNE_64 2, 32, 1, true
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma at D = 64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM

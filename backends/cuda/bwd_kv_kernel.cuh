@@ -35,6 +35,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "bwd_ops.cuh"
 
 namespace flash::cuda {
@@ -332,27 +334,35 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 
         // ---- Pᵀ and dSᵀ (accumulator rows = keys, columns = queries) --------------------
         const float* sl = fStage + (stage * kStage + 2 * kTileQ) / 4;
-        const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 16 * MT - 1);
+        // Tiles inside the mask band take a loop without per-element masks (a branch per
+        // element costs a convergence barrier each).
+        auto grads = [&](auto masked) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const float2 l2 = *reinterpret_cast<const float2*>(sl + nt * 8 + tig * 2);
-          const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + nt * 8 + tig * 2);
+          for (int nt = 0; nt < NT; ++nt) {
+            const float2 l2 = *reinterpret_cast<const float2*>(sl + nt * 8 + tig * 2);
+            const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + nt * 8 + tig * 2);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float ds;
-              float pv = grad.template eval<false, kSoftcap>(
-                  s[mt][nt][e], dp[mt][nt][e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
-              if (!full) {
-                const int row = q0 + nt * 8 + tig * 2 + (e & 1);
-                const int key = kw0 + mt * 16 + g + (e >= 2 ? 8 : 0);
-                if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+              for (int e = 0; e < 4; ++e) {
+                float ds;
+                float pv = grad.template eval<false, kSoftcap>(s[mt][nt][e], dp[mt][nt][e],
+                                                               (e & 1) ? l2.y : l2.x,
+                                                               (e & 1) ? dl.y : dl.x, ds);
+                if constexpr (decltype(masked)::value) {
+                  const int row = q0 + nt * 8 + tig * 2 + (e & 1);
+                  const int key = kw0 + mt * 16 + g + (e >= 2 ? 8 : 0);
+                  if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+                }
+                s[mt][nt][e] = pv;
+                dp[mt][nt][e] = ds;
               }
-              s[mt][nt][e] = pv;
-              dp[mt][nt][e] = ds;
-            }
-        }
+          }
+        };
+        if (tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 16 * MT - 1))
+          grads(std::false_type{});
+        else
+          grads(std::true_type{});
         // Columns 16kk..16kk+15 of Pᵀ / dSᵀ (accumulator tiles 2kk, 2kk+1) = A fragment kk.
         uint32_t pf[MT][KS][4], df[MT][KS][4];
 #pragma unroll

@@ -26,6 +26,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "bwd_kv_kernel.cuh"
 #include "wgmma_ops.cuh"
 
@@ -194,12 +196,14 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   // 64-column atom): rows (this warpgroup's 64 keys) of a K-major [keys][D] tile times the
   // K-major [BQ][D] tile, transposed.
   auto keys_times_queries_t = [&](float(&acc)[BQ / 2], uint32_t keys, uint32_t queries) {
+    const uint64_t keys_desc = gmma_desc(keys + wg_rows, 16, 1024, kGmmaSwizzle128);
+    const uint64_t queries_desc = gmma_desc(queries, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
       const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      wgmma_ss<T, BQ, 0, 0>(acc, gmma_desc(keys + wg_rows + off_k, 16, 1024, kGmmaSwizzle128),
-                            gmma_desc(queries + off_q, 16, 1024, kGmmaSwizzle128), kk > 0);
+      wgmma_ss<T, BQ, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
+                            gmma_desc_add(queries_desc, off_q), kk > 0);
     }
   };
   // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
@@ -208,30 +212,29 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
   auto dv_dk_products = [&](int step, const uint32_t(&pf)[KS][4], const uint32_t(&df)[KS][4]) {
-    const uint32_t sQ = stage_q(step), sDo = sQ + L::kTileQ;
+    const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
+    const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128),
-                        1);
+    for (int kk = 0; kk < KS; ++kk) wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128),
-                        1);
+    for (int kk = 0; kk < KS; ++kk) wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
   // rows; k16 step kk 32 bytes into the row of one swizzle atom).
   auto dv_dk_products_ss = [&](int step) {
-    const uint32_t sQ = stage_q(step), sDo = sQ + L::kTileQ;
+    const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
+    const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
     const uint32_t rows = wg * 64 * kDsRowBytes;
-    const uint32_t sPt = pt_tile(step) + rows, sDs = ds_tile(step) + rows;
+    const uint64_t pt_desc = gmma_desc(pt_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
+    const uint64_t ds_desc = gmma_desc(ds_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, D, 0, 1>(acc_dv, gmma_desc(sPt + kk * 32, 16, 8 * kDsRowBytes, kDsSwizzle),
-                           gmma_desc(sDo + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
+      wgmma_ss<T, D, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32), gmma_desc_add(do_desc, kk * 2048),
+                           1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, D, 0, 1>(acc_dk, gmma_desc(sDs + kk * 32, 16, 8 * kDsRowBytes, kDsSwizzle),
-                           gmma_desc(sQ + kk * 2048, BQ * 128, 1024, kGmmaSwizzle128), 1);
+      wgmma_ss<T, D, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32), gmma_desc_add(q_desc, kk * 2048),
+                           1);
   };
   // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
   // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
@@ -239,16 +242,16 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const int q_first = kSplitCols ? wg * kDqN : 0;
   auto half = [&](int i) { return kSplitCols ? 0 : wg * kHalves + i; };
   auto dq_products = [&](int step, float(&dq)[kHalves][kDqN / 2]) {
-    const uint32_t sDs = ds_tile(step);
+    const uint64_t ds_desc =
+        gmma_desc(ds_tile(step) + q_first * 2, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
-    for (int i = 0; i < kHalves; ++i)
+    for (int i = 0; i < kHalves; ++i) {
+      const uint64_t k_desc = gmma_desc(sK + half(i) * BK * 128, BK * 128, 1024, kGmmaSwizzle128);
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_ss<T, kDqN, 1, 1>(
-            dq[i], gmma_desc(sK + half(i) * BK * 128 + kk * 2048, BK * 128, 1024, kGmmaSwizzle128),
-            gmma_desc(sDs + kk * 16 * kDsRowBytes + q_first * 2, BK * kDsRowBytes,
-                      8 * kDsRowBytes, kDsSwizzle),
-            kk > 0);
+        wgmma_ss<T, kDqN, 1, 1>(dq[i], gmma_desc_add(k_desc, kk * 2048),
+                                gmma_desc_add(ds_desc, kk * 16 * kDsRowBytes), kk > 0);
+    }
   };
 
   // ---- the element-wise phase: Pᵀ and dSᵀ (rows = keys, columns = queries) -------------
@@ -257,25 +260,34 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
                              float(&p_out)[BQ / 2], float(&ds_out)[BQ / 2]) {
     const int q0 = t.q0;
     const float* sl = stage_floats(t.step);
-    const bool full = tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15);
+    // Tiles inside the mask band (all but the edges) take a loop without per-element
+    // masks: a branch per element costs a convergence barrier each (measured: a quarter of
+    // the stall samples at D = 64).
+    auto grads = [&](auto masked) {
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
-      const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
+      for (int j = 0; j < NJ; ++j) {
+        const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
+        const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float ds;
-        float pv = grad.template eval<false, kSoftcap>(s[4 * j + e], dp[4 * j + e],
-                                                       (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
-        if (!full) {
-          const int row = q0 + j * 8 + tig * 2 + (e & 1);
-          const int key = kw0 + g + (e >= 2 ? 8 : 0);
-          if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+        for (int e = 0; e < 4; ++e) {
+          float ds;
+          float pv = grad.template eval<false, kSoftcap>(s[4 * j + e], dp[4 * j + e],
+                                                         (e & 1) ? l2.y : l2.x,
+                                                         (e & 1) ? dl.y : dl.x, ds);
+          if constexpr (decltype(masked)::value) {
+            const int row = q0 + j * 8 + tig * 2 + (e & 1);
+            const int key = kw0 + g + (e >= 2 ? 8 : 0);
+            if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+          }
+          p_out[4 * j + e] = pv;
+          ds_out[4 * j + e] = ds;
         }
-        p_out[4 * j + e] = pv;
-        ds_out[4 * j + e] = ds;
       }
-    }
+    };
+    if (tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15))
+      grads(std::false_type{});
+    else
+      grads(std::true_type{});
   };
 
   // Columns 16kk..16kk+15 of an accumulator, rounded to T = the A fragment of k16 step kk.
@@ -285,7 +297,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 #pragma unroll
       for (int r = 0; r < 4; ++r) frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
   };
-  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile, for products after the next barrier.
+  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile, for products after the next barrier (the
+  // caller fences the async proxy once its tiles are written).
   // stmatrix x4 writes k16 step kk's four 8x8 blocks (register r: rows +8·(r&1), columns
   // 16kk + 8·(r>>1)); lane l gives the address of row l%8 of block l/8.
   const int st_row = warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), st_chunk = lane >> 4;
@@ -299,7 +312,6 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
                    "r"(frag[kk][0]), "r"(frag[kk][1]), "r"(frag[kk][2]), "r"(frag[kk][3])
                    : "memory");
     }
-    fence_proxy_async_smem();  // the stores are read by wgmma (after a barrier)
   };
 
   // dQᵀ fragment (d = 64·half + 16·warp + g (+8), q = q_first + 8j + 2·tig (+1)) -> the
@@ -397,6 +409,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       store_tile(pt_tile(step), frag);
       pack_fragment(dst, frag);
       store_tile(ds_tile(step), frag);
+      fence_proxy_async_smem();  // the tiles are read by wgmma (after a barrier)
     };
     Tile prev = first;
     {
@@ -465,6 +478,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       pack_fragment(s, pf);
       pack_fragment(dp, df);
       store_tile(ds_tile(step), df);
+      fence_proxy_async_smem();  // the tile is read by wgmma (after the barrier below)
       wgmma_fence();
       dv_dk_products(step, pf, df);
       wgmma_commit();

@@ -74,6 +74,14 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint3
          ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)swizzle << 62);
 }
 
+// The descriptor `desc` with its start address moved by `bytes` (a multiple of 16): one
+// add to the 14-bit address field, which cannot carry (shared addresses are < 2^18). Hot
+// loops build a tile's descriptor once and step it (instead of re-encoding each address).
+__device__ __forceinline__ uint64_t gmma_desc_add(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // ---- ordering ---------------------------------------------------------------------------
 // Before the first wgmma reading registers written by ordinary instructions.
 __device__ __forceinline__ void wgmma_fence() {
