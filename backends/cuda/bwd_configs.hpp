@@ -44,11 +44,7 @@ struct BwdKvConfig;
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
 #define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 4  // overlapped wgmma at D = 128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, true
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6  // 32-query tiles at D = 64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 32, 1, true
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma at D = 64
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
@@ -124,7 +120,8 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128: kWarpGroups warpgroups per
+// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128 (other dims and sm_80: the
+// mma.sync kernel above): kWarpGroups warpgroups per
 // block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
 // or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
 // (dK, dV: D/2 each per thread). kOverlap: step i−1's dV/dK/dQᵀ products run while step i's
@@ -142,7 +139,9 @@ struct BwdWgmmaConfig;
                 : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB;                               \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
-// half the per-step barriers and dQ hand-overs per FLOP).
+// half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
+// measured 1.05x over the serial one (tune set 5); at D = 128 it needs 32-query tiles
+// (shared memory) and measured 0.8x.
 #ifndef FLASH_BWD_WGMMA_TUNE_64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true
 #endif
