@@ -107,7 +107,7 @@ def rows(path, names):
         f = line.split()
         if len(f) >= 9 and f[0] in names:
             key = (int(f[5]), int(f[4]), f[6] in ("True", "yes"))
-            out[(f[0], key)] = float(f[8]) if f[0] == "ours" else float(f[9])
+            out[(f[0], key)] = float(f[8]) if f[0].startswith("ours") else float(f[9])
     return out
 r = rows(sys.argv[1], {"ours", "ours-atomic"}); r.update(rows(sys.argv[2], {"flash", "cudnn"}))
 keys = sorted({k for (_, k) in r})
