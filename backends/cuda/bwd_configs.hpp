@@ -125,18 +125,19 @@ struct BwdKvDerived {
 // block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
 // or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
 // (dK, dV: D/2 each per thread). kOverlap: step i−1's dV/dK/dQᵀ products run while step i's
-// element-wise phase does (a second set of Pᵀ/dSᵀ fragments: fits the registers at D = 64).
+// element-wise phase does (Pᵀ/dSᵀ through shared tiles; a third Q/dO stage: fits the shared
+// memory with 64-query tiles at D = 64, not at D = 128).
 template <int kDim>
 struct BwdWgmmaConfig;
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                        \
-  template <>                                                                                   \
-  struct BwdWgmmaConfig<D> {                                                                    \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;          \
-    static constexpr int kMinBlocks = MINB;                                                     \
-    static constexpr bool kOverlap = OVERLAP;                                                   \
-    static constexpr const char* kName =                                                        \
-        OVERLAP ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB "_overlap"                     \
-                : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB;                               \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
+  template <>                                                                                      \
+  struct BwdWgmmaConfig<D> {                                                                       \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;             \
+    static constexpr int kMinBlocks = MINB;                                                        \
+    static constexpr bool kOverlap = OVERLAP;                                                      \
+    static constexpr const char* kName = OVERLAP ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB  \
+                                                   "_overlap"                                      \
+                                                 : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
@@ -177,8 +178,7 @@ struct BwdWgmmaLayout {
   static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
-  static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0 &&
-                    kDsBytes % 1024 == 0,
+  static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0 && kDsBytes % 1024 == 0,
                 "swizzle bases");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
@@ -269,8 +269,8 @@ inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministi
   if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
     return with_wgmma_config(dim, [&](auto config) {
       using C = decltype(config);
-      BwdDqPlan plan = bwd_dq_plan_for<C>(false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv,
-                                          sms, BwdWgmmaLayout<C>::kDqRowFloats);
+      BwdDqPlan plan = bwd_dq_plan_for<C>(false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms,
+                                          BwdWgmmaLayout<C>::kDqRowFloats);
       plan.ordered = deterministic;
       plan.counters = deterministic ? batch * heads_q * (bwd_rows_pad(seqlen_q) / C::kBlockQ) : 0;
       return plan;

@@ -28,9 +28,9 @@
 //
 // Tolerance class: f32 accumulation; P and dS are rounded to the input dtype before
 // the three products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic): D=64 141-202 TFLOP/s,
-// 0.72-1.04x torch's FlashAttention-2 backward; D=128 (FLASH_CUDA_BWD=mma) 138-194
-// (bench/RESULTS.md, "cuda backward"). How to run: tests/cuda/device_bwd.sh.
+// Measured (H200, bf16, deterministic, FLASH_CUDA_BWD=mma: what sm_80 and other head dims
+// run): D=64 190-224 TFLOP/s, D=128 191-239 at S = 2k / 16k (bench/RESULTS.md, "cuda
+// backward, 2026-11-22 (2)"). How to run: tests/cuda/device_bwd.sh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -346,9 +346,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
                 float ds;
-                float pv = grad.template eval<false, kSoftcap>(s[mt][nt][e], dp[mt][nt][e],
-                                                               (e & 1) ? l2.y : l2.x,
-                                                               (e & 1) ? dl.y : dl.x, ds);
+                float pv = grad.template eval<false, kSoftcap>(
+                    s[mt][nt][e], dp[mt][nt][e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
                 if constexpr (decltype(masked)::value) {
                   const int row = q0 + nt * 8 + tig * 2 + (e & 1);
                   const int key = kw0 + mt * 16 + g + (e >= 2 ? 8 : 0);

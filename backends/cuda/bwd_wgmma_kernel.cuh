@@ -1,17 +1,23 @@
-// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dim 128): dK,
+// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64 and 128): dK,
 // dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
 //
 // A block is kWarpGroups warpgroups (4 warps each) owning kBlockKV = 64·kWarpGroups keys of
 // one (batch, kv head); warpgroup wg holds keys 64wg.., its warp w keys 16w..16w+15 of
-// every 64-row accumulator. The warpgroups share the Q / dO stages, and split dQᵀ's rows. K and V
-// stay in shared memory (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while
-// the block walks the query tiles (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
+// every 64-row accumulator. The warpgroups share the Q / dO stages, and split dQᵀ (by rows
+// of D, or by query columns at D = 64). K and V stay in shared memory (128-byte-swizzled,
+// the layout wgmma reads), dK and dV in registers, while the block walks the query tiles
+// (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
-//   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, A = Pᵀ / dSᵀ from registers, B MN-major
-//   dQᵀ = Kᵀ·dSᵀ                  wgmma (D/64) x m64 x BQ, dSᵀ via shared memory (64- or 128-byte
-//                                 swizzle), both operands MN-major
+//   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, B MN-major; A = Pᵀ / dSᵀ from registers
+//                                 (serial order) or from shared tiles (overlapped order)
+//   dQᵀ = Kᵀ·dSᵀ                  wgmma m64 x BQ per 64 rows of D, dSᵀ via shared memory (64-
+//                                 or 128-byte swizzle), both operands MN-major
 //   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
+// Step order: serial at D = 128 (registers); at D = 64 (C::kOverlap) step i−1's dV, dK and
+// dQᵀ products run on the tensor cores during step i's element-wise phase. Softcap is a
+// template parameter and tiles inside the mask band skip the per-element masks: the
+// element-wise phase is the critical path at D = 64.
 // One block per key block; all blocks add into one f32 dQ accumulator (bwd_dq_convert
 // scales and converts it). Deterministic mode: the adds into each query tile happen in
 // key-block order (per-tile counters, below); query tiles are walked last to first so
@@ -19,8 +25,9 @@
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic): 178-304 TFLOP/s, 0.98-1.23x
-// torch's FlashAttention-2 backward (bench/RESULTS.md, "cuda backward").
+// Measured (H200, bf16, FlashAttention shapes, deterministic, S = 1k-16k): D = 64 177-336
+// TFLOP/s, 1.03-1.28x torch's FlashAttention-2 backward; D = 128 219-430, 1.27-1.64x
+// (bench/RESULTS.md, "cuda backward, 2026-11-22 (2)").
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
@@ -215,9 +222,11 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
     const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
+    for (int kk = 0; kk < KS; ++kk)
+      wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
+    for (int kk = 0; kk < KS; ++kk)
+      wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
   // rows; k16 step kk 32 bytes into the row of one swizzle atom).
@@ -229,12 +238,12 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     const uint64_t ds_desc = gmma_desc(ds_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, D, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32), gmma_desc_add(do_desc, kk * 2048),
-                           1);
+      wgmma_ss<T, D, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
+                           gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, D, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32), gmma_desc_add(q_desc, kk * 2048),
-                           1);
+      wgmma_ss<T, D, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
+                           gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
   // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
@@ -271,9 +280,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float ds;
-          float pv = grad.template eval<false, kSoftcap>(s[4 * j + e], dp[4 * j + e],
-                                                         (e & 1) ? l2.y : l2.x,
-                                                         (e & 1) ? dl.y : dl.x, ds);
+          float pv = grad.template eval<false, kSoftcap>(
+              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
           if constexpr (decltype(masked)::value) {
             const int row = q0 + j * 8 + tig * 2 + (e & 1);
             const int key = kw0 + g + (e >= 2 ? 8 : 0);
@@ -295,7 +303,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r)
+        frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
   };
   // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile, for products after the next barrier (the
   // caller fences the async proxy once its tiles are written).
