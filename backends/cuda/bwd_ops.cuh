@@ -100,8 +100,8 @@ struct BwdBlock {
   __device__ __forceinline__ explicit BwdBlock(const BwdParams& p) {
     const FwdParams& f = p.f;
     const int bh_count = gridDim.x / p.dq_splits;
-    const int bh = blockIdx.x % bh_count;
-    split = blockIdx.x / bh_count;
+    const int bh = p.grid_kv_fastest ? blockIdx.x / p.dq_splits : blockIdx.x % bh_count;
+    split = p.grid_kv_fastest ? blockIdx.x % p.dq_splits : blockIdx.x / bh_count;
     kv_head = bh % p.heads_kv;
     batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
     k = static_cast<const T*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];

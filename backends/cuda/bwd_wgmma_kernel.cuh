@@ -41,11 +41,20 @@
 namespace flash::cuda {
 
 // ---- ordered dQ accumulation (deterministic mode) ---------------------------------------
-// Adds into query tile t happen in key-block order: block j waits until the tile's counter
+// Adds into query tile t happen in a fixed order: block j waits until the tile's counter
 // equals its rank among the key blocks that see t, adds, and after the add has completed
-// increments the counter. A block only waits for lower-numbered blocks of its head (key
-// block slowest in the grid, so they were dispatched earlier), hence always progresses;
-// a spin limit traps instead of hanging if that ever fails.
+// increments the counter. Two orders:
+//  - key-block order (mask band: causal or window): every block walks from the last query
+//    tile; the grid has the key block slowest, so a block waits only for lower-numbered
+//    blocks of its head, dispatched earlier;
+//  - arrival order (no mask band, p.dq_rotate): the grid has the key block fastest (a
+//    head's blocks run side by side and share its tiles in L2) and a head has at most
+//    half as many key blocks as the GPU has SMs (all resident together); block i starts
+//    its walk i·d positions further (d = steps / key blocks), so the blocks reach each
+//    tile d steps apart, and rank = arrival order (rotated_rank). A block then waits only
+//    for blocks that reached the tile at an earlier step, which release before they wait
+//    themselves (issue_pending), so the waits never form a cycle.
+// A spin limit traps instead of hanging if that ever fails.
 // The counter is read one step ahead (load_counter, relaxed: nothing waits on it until it
 // is compared), so the common case costs no round trip. Ordering of the adds themselves:
 // the releasing block increments only after its add has completed (bulk wait_group), and
@@ -129,22 +138,20 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   int pending_stage = 0;
   unsigned* pending_counter = nullptr;
   unsigned pending_rank = 0, pending_seen = 0;  // seen: the counter, read one step ahead
-  // Counter of the add issued one step earlier: released when the next add is issued (by
-  // then surely complete, so the wait rarely stalls); the next block of the head trails
-  // by about two steps. Measured 2% faster than a lag of two adds on long causal problems
-  // (bench/RESULTS.md, 2026-11-22).
+  // Counter of the add issued one step earlier: released at the next hand-over, before
+  // that one waits for its turn (the add, issued a step ago, has normally completed).
   unsigned* unreleased = nullptr;
   auto issue_pending = [&] {
     if (tid == 0 && pending_dst != nullptr) {
-      if (p.dq_ordered) wait_counter(pending_counter, pending_rank, pending_seen);
-      bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
       if (p.dq_ordered) {
         if (unreleased != nullptr) {
-          bulk_wait_complete<1>();  // every add but the one just issued has completed
+          bulk_wait_complete<0>();  // the previous add has completed
           release_counter(unreleased);
         }
         unreleased = pending_counter;
+        wait_counter(pending_counter, pending_rank, pending_seen);
       }
+      bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
     }
     pending_dst = nullptr;
   };
@@ -159,21 +166,35 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
   const int steps = tiles_per_head * group;
 
-  // The query tile of a step: (step, query head, first query row), advanced without
-  // divisions. Query tiles from the last one down: under a causal mask every key block
-  // sees the last tiles, so the blocks of a head meet at each tile in key-block order (the
-  // ordered dQ mode then rarely waits).
+  // The walk: position u in [0, steps) is query head kv_head·group + u / tiles_per_head,
+  // tile tiles_per_head − 1 − u % tiles_per_head (query tiles from the last one down: under
+  // a causal mask every key block sees the last tiles, so the blocks of a head meet at each
+  // tile in key-block order). Arrival order (see above): this block starts at position
+  // kv_block · rot_d and wraps around.
+  const int rot_n = p.dq_splits;  // key blocks of the head
+  // Every block of the head has the same steps, so all agree on whether they rotate.
+  const bool rotate = p.dq_rotate && steps >= rot_n;
+  const int rot_d = rotate ? steps / rot_n : 0;
+  // Rank of this block's add at walk position u: the blocks reach u in the order K, K−1,
+  // .., 0, n−1, .., K+1 with K = min(u / d, n − 1) (block i reaches it at step
+  // (u − i·d) mod steps, and n·d <= steps).
+  auto rotated_rank = [&](int u) {
+    const int k_first = min(u / rot_d, rot_n - 1);
+    return (k_first - kv_block + rot_n) % rot_n;
+  };
   struct Tile {
-    int step, head, q0;
+    int step, head, q0, pos;  // pos: walk position
   };
   const int q0_last = (qt_begin + tiles_per_head - 1) * BQ;
   auto next_tile = [&](Tile t) {
     ++t.step;
+    ++t.pos;
     t.q0 -= BQ;
     if (t.q0 < qt_begin * BQ) {
       t.q0 = q0_last;
       ++t.head;
     }
+    if (t.pos == steps) t = Tile{t.step, kv_head * group, q0_last, 0};
     return t;
   };
   // Shared buffers of a step: Q / dO / lse / Δ stage, dSᵀ tile.
@@ -344,7 +365,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
       const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
       pending_counter = p.dq_counters + tile;
-      pending_rank = (unsigned)(kv_block - keys.begin / BK);
+      pending_rank = (unsigned)(rotate ? rotated_rank(t.pos) : kv_block - keys.begin / BK);
       pending_seen = load_counter(pending_counter);
     }
   };
@@ -374,7 +395,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     return;
   }
 
-  const Tile first{0, kv_head * group, q0_last};
+  const int first_pos = rotate ? kv_block * rot_d : 0;
+  const Tile first{0, kv_head * group + first_pos / tiles_per_head,
+                   (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ, first_pos};
   load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
   load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
   load_step(first);

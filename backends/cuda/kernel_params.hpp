@@ -60,6 +60,14 @@ struct BwdParams {
   bool dq_ordered;
   unsigned* dq_counters;
   bool wgmma;  // sm_90a kernel (bwd_wgmma_usable), else the mma.sync one
+  // Grid order: split (key block) fastest, so that the blocks of a head run together and
+  // share its Q, dO and dQ tiles in L2; else split slowest (see BwdBlock).
+  bool grid_kv_fastest;
+  // No mask band, at most sms / 2 key blocks per head: the key blocks walk the query
+  // tiles from staggered starts and (ordered mode) add in arrival order
+  // (bwd_wgmma_kernel.cuh); else every block walks from the last tile and adds in
+  // key-block order.
+  bool dq_rotate;
 };
 
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.
