@@ -25,9 +25,9 @@
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic, S = 1k-16k): D = 64 177-336
-// TFLOP/s, 1.03-1.28x torch's FlashAttention-2 backward; D = 128 219-430, 1.27-1.64x
-// (bench/RESULTS.md, "cuda backward, 2026-11-22 (2)").
+// Measured (H200, bf16, FlashAttention shapes, deterministic, S = 1k-16k): D = 64 179-356
+// TFLOP/s, 1.16-1.33x torch's FlashAttention-2 backward; D = 128 218-462, 1.40-1.71x
+// (bench/RESULTS.md, "cuda backward, 2026-11-22 (3)").
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
