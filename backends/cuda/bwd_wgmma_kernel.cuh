@@ -19,9 +19,9 @@
 // template parameter and tiles inside the mask band skip the per-element masks: the
 // element-wise phase is the critical path at D = 64.
 // One block per key block; all blocks add into one f32 dQ accumulator (bwd_dq_convert
-// scales and converts it). Deterministic mode: the adds into each query tile happen in
-// key-block order (per-tile counters, below); query tiles are walked last to first so
-// the blocks of a head meet each tile in that order even under a causal mask.
+// scales and converts it). Deterministic mode: the adds into each query tile happen in a
+// fixed order (per-tile counters, below): key-block order under a mask band, arrival order
+// of staggered walks without one.
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
