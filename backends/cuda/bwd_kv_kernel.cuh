@@ -455,21 +455,9 @@ template <class T, class C, KvRole kRole, DqAdd kAdd>
 void launch_bwd_kv_role(const BwdParams& params, int batch, const float* lse2, const float* delta,
                         int rows_pad, cudaStream_t stream) {
   using Dv = BwdKvDerived<C>;
-  // Softcap is a template parameter: its tanh code stays out of the common kernel.
-  constexpr auto kernel_plain = bwd_kv_kernel<T, C, kRole, kAdd, false>;
-  constexpr auto kernel_softcap = bwd_kv_kernel<T, C, kRole, kAdd, true>;
-  set_max_dynamic_smem_once<kernel_plain>(Dv::kSmemBytes);
-  set_max_dynamic_smem_once<kernel_softcap>(Dv::kSmemBytes);
-  const auto kernel = params.f.softcap > 0.f ? kernel_softcap : kernel_plain;
-  // One-dimensional grid of dq_splits * (batches * kv heads) < 2^31 blocks per launch.
-  const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
-  const int chunk = (int)std::max<int64_t>(1, std::min<int64_t>(batch, INT32_MAX / per_batch));
-  BwdParams p = params;
-  for (int b0 = 0; b0 < batch; b0 += chunk) {
-    p.f.batch_offset = b0;
-    const int64_t blocks = per_batch * std::min(batch - b0, chunk);
-    kernel<<<(unsigned)blocks, Dv::kThreads, Dv::kSmemBytes, stream>>>(p, lse2, delta, rows_pad);
-  }
+  launch_bwd_blocks<bwd_kv_kernel<T, C, kRole, kAdd, false>,
+                    bwd_kv_kernel<T, C, kRole, kAdd, true>>(
+      params, batch, Dv::kThreads, Dv::kSmemBytes, lse2, delta, rows_pad, stream);
 }
 
 template <class T, class C>

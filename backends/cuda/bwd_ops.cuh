@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -112,6 +114,26 @@ struct BwdBlock {
     dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
   }
 };
+
+// Launches a dK/dV/dQ kernel over the grid BwdBlock decodes: dq_splits x (batches x kv
+// heads) one-dimensional blocks, in launches of < 2^31 blocks (batch_offset set per
+// launch). Softcap is a template parameter of these kernels (its tanh code stays out of
+// the common path): kPlain or kSoftcap runs as params.f.softcap says.
+template <auto kPlain, auto kSoftcap>
+void launch_bwd_blocks(const BwdParams& params, int batch, int threads, int smem_bytes,
+                       const float* lse2, const float* delta, int rows_pad, cudaStream_t stream) {
+  set_max_dynamic_smem_once<kPlain>(smem_bytes);
+  set_max_dynamic_smem_once<kSoftcap>(smem_bytes);
+  const auto kernel = params.f.softcap > 0.f ? kSoftcap : kPlain;
+  const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
+  const int chunk = (int)std::max<int64_t>(1, std::min<int64_t>(batch, INT32_MAX / per_batch));
+  BwdParams p = params;
+  for (int b0 = 0; b0 < batch; b0 += chunk) {
+    p.f.batch_offset = b0;
+    const int64_t blocks = per_batch * std::min(batch - b0, chunk);
+    kernel<<<(unsigned)blocks, threads, smem_bytes, stream>>>(p, lse2, delta, rows_pad);
+  }
+}
 
 // Loads n floats (n a multiple of 4, 16-byte aligned source) into shared memory with
 // cp.async, one 16-byte chunk per thread of the first n/4 threads past `first_thread`.

@@ -547,22 +547,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 template <class T, class C>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
-  using L = BwdWgmmaLayout<C>;
-  // Softcap is a template parameter: its tanh code stays out of the common kernel.
-  constexpr auto kernel_plain = bwd_wgmma_kernel<T, C, false>;
-  constexpr auto kernel_softcap = bwd_wgmma_kernel<T, C, true>;
-  set_max_dynamic_smem_once<kernel_plain>(L::kSmemBytes);
-  set_max_dynamic_smem_once<kernel_softcap>(L::kSmemBytes);
-  const auto kernel = params.f.softcap > 0.f ? kernel_softcap : kernel_plain;
-  const int64_t per_batch = (int64_t)params.dq_splits * params.heads_kv;
-  const int chunk = (int)std::max<int64_t>(1, std::min<int64_t>(batch, INT32_MAX / per_batch));
-  BwdParams p = params;
-  for (int b0 = 0; b0 < batch; b0 += chunk) {
-    p.f.batch_offset = b0;
-    const int64_t blocks = per_batch * std::min(batch - b0, chunk);
-    kernel<<<(unsigned)blocks, C::kWarpGroups * 128, L::kSmemBytes, stream>>>(p, lse2, delta,
-                                                                              rows_pad);
-  }
+  launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
+      params, batch, C::kWarpGroups * 128, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad,
+      stream);
 }
 
 }  // namespace flash::cuda
