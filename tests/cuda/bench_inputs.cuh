@@ -1,13 +1,16 @@
-// Inputs of the cuda timing tools (cuda_module_bench, cuda_backward_bench): random device
-// tensors and the packed problems of FlashAttention's benchmark shapes.
+// Inputs and timing of the cuda timing tools (cuda_module_bench, cuda_backward_bench):
+// random device tensors, the packed problems of FlashAttention's benchmark shapes, and the
+// median time of a call.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "dispatch/module_abi.h"
 
@@ -53,4 +56,28 @@ inline flash_problem packed_problem(int B, int S, int H, int D, int dtype, bool 
   for (int j = 0; j < 3; ++j) p.q_stride[j] = p.k_stride[j] = p.v_stride[j] = p.o_stride[j] = st[j];
   p.lse = lse;
   return p;
+}
+
+// Median milliseconds of `iters` calls of fn (after 3 warm-up calls), each timed with CUDA
+// events on the default stream.
+template <class Fn>
+float median_ms(int iters, Fn&& fn) {
+  for (int w = 0; w < 3; ++w) fn();
+  std::vector<float> t;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int it = 0; it < iters; ++it) {
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }

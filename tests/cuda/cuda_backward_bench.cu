@@ -84,28 +84,11 @@ int main(int argc, char** argv) {
           auto run = [&] {
             if (m->backward(&p, q, k, v, o, dout, lse, dq, dk, dv, &msg) != FLASH_OK) ok = false;
           };
-          for (int w = 0; w < 3; ++w) run();
-          std::vector<float> t;
-          cudaEvent_t a, b;
-          cudaEventCreate(&a);
-          cudaEventCreate(&b);
-          for (int it = 0; it < iters && ok; ++it) {
-            cudaEventRecord(a);
-            run();
-            cudaEventRecord(b);
-            cudaEventSynchronize(b);
-            float ms;
-            cudaEventElapsedTime(&ms, a, b);
-            t.push_back(ms);
-          }
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
+          const float ms = median_ms(iters, run);
           if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
             std::printf("backward failed: %s\n", msg.text);
             return 1;
           }
-          std::sort(t.begin(), t.end());
-          const float ms = t[t.size() / 2];
           const double flops = 2.5 * 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
           std::printf("%-9s %-5s %3d %3d %6d %4d %6s %9.3f %9.1f %s%s\n",
                       mode ? "ours-atomic" : "ours", dname, B, H, S, D, causal ? "True" : "False",

@@ -86,28 +86,8 @@ int main(int argc, char** argv) {
       for (int causal = 0; causal < 2; ++causal) {
         flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);
         flash_message msg{};
-        auto time_it = [&](auto&& fn) {
-          for (int w = 0; w < 3; ++w) fn();
-          std::vector<float> t;
-          cudaEvent_t a, b;
-          cudaEventCreate(&a);
-          cudaEventCreate(&b);
-          for (int it = 0; it < iters; ++it) {
-            cudaEventRecord(a);
-            fn();
-            cudaEventRecord(b);
-            cudaEventSynchronize(b);
-            float ms;
-            cudaEventElapsedTime(&ms, a, b);
-            t.push_back(ms);
-          }
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
-          std::sort(t.begin(), t.end());
-          return t[t.size() / 2];
-        };
         bool ok = true;
-        const float fwd_ms = time_it([&] {
+        const float fwd_ms = median_ms(iters, [&] {
           if (m->forward(&p, q, k, v, o, &msg) != FLASH_OK) ok = false;
         });
         if (!ok) {
@@ -118,7 +98,7 @@ int main(int argc, char** argv) {
         const double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
         float bwd_ms = NAN;
         if (backward) {
-          bwd_ms = time_it([&] {
+          bwd_ms = median_ms(iters, [&] {
             if (m->backward(&p, q, k, v, o, dout, lse, dq, dk, dv, &msg) != FLASH_OK) ok = false;
           });
           if (!ok) {
