@@ -108,15 +108,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-// The same for register A operands (Pᵀ / dSᵀ fragments) that a product still reads: they
-// stay untouched until the wait placed before this.
-template <int kN>
-__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][r])::"memory");
-}
 // Shared memory written by ordinary stores (or cp.async) that wgmma reads next: each
 // writing thread fences, then a barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() {
