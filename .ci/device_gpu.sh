@@ -1,42 +1,97 @@
 #!/usr/bin/env bash
-# On the GPU device machine, one call: build cuda (sm_90) + hip-on-cuda + cpu; run the
-# cross-backend suite for cuda and hip (every case, forward and backward, all dtypes)
-# and the GPU module checks; the GPU reliability tests (> 2^31 elements, bad input)
-# and the numerics edge cases on cuda/hip; compare_torch.py for cuda and hip-on-cuda;
-# compute-sanitizer over a reduced grid. Logs under $OUT; a summary is printed.
+# On the GPU device machine, one call: build cuda (sm_90a) + hip-on-cuda + cpu; run the
+# cross-backend suite for cuda and hip (every case, forward and backward, all dtypes),
+# the GPU module checks (ctest), the GPU reliability tests (> 2^31 elements, bad input,
+# the numerics edge cases on cuda/hip), compare_torch.py for cuda and hip-on-cuda, and
+# compute-sanitizer over a reduced grid. Logs under $OUT.
+# The last line is the tally over everything it ran: "device_gpu: N passed, M failed,
+# K skipped" (gtest tests, ctest tests, and one check each per torch comparison and
+# sanitizer run). A step that did not run to its end (missing binary, crash before the
+# summary, timeout) counts as one failure. Exit status: 0 only when M = 0.
 # Usage (device, repo root, carry .carry): bash .ci/device_gpu.sh <commit>
 set -uo pipefail
 commit=${1:-unknown}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
+passed=0 failed=0 skipped=0
+fail_step() {  # what
+  echo "device_gpu: FAILED to run: $1"
+  failed=$((failed + 1))
+}
+# gtest log: adds its PASSED / FAILED / SKIPPED counts; no PASSED line = did not finish.
+tally_gtest() {  # name log rc
+  local p f s
+  p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$2" | tail -1 | grep -oE '[0-9]+' | head -1)
+  f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$2" | tail -1 | grep -oE '[0-9]+' | head -1)
+  s=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$2" | tail -1 | grep -oE '[0-9]+' | head -1)
+  if [ -z "$p" ]; then fail_step "$1 (rc=$3, no gtest summary; log $2)"; return; fi
+  passed=$((passed + p)) failed=$((failed + ${f:-0})) skipped=$((skipped + ${s:-0}))
+  echo "== $1: ${p} passed, ${f:-0} failed, ${s:-0} skipped (rc=$3)"
+  grep -E '^\[  FAILED  \] [A-Z]' "$2" | sed 's/, where.*//' | head -12
+  grep -B1 -A3 'Failure$' "$2" | head -20
+  if [ "$3" -ne 0 ] && [ -z "$f" ]; then fail_step "$1 (rc=$3 with no failed test)"; fi
+}
+# One check that passes when its exit status is 0.
+tally_rc() {  # name rc
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else fail_step "$1 (rc=$2)"; fi
+}
+
 source .ci/device_build.sh -DFLASHATTN_HIP_ON_CUDA=ON > "$out/build.log" 2>&1
+build_rc=$?
 set +e
 grep -E "FAILED|error:" "$out/build.log" | head -10
-[ -x build-device/tests/flashattn_tests ] || { tail -40 "$out/build.log"; exit 1; }
+tally_rc "build" $build_rc
 b=build-device
-$b/tests/flashattn_tests --gtest_filter='All/Forward.*/cuda_*:All/Forward.*/hip_*:AllTargets/*cuda*:AllTargets/*hip*' \
+tests=$b/tests/flashattn_tests
+rel=$b/tests/reliability/flashattn_reliability_tests
+timeout 500 $tests --gtest_filter='All/Forward.*/cuda_*:All/Forward.*/hip_*:AllTargets/*cuda*:AllTargets/*hip*' \
   > "$out/suite_fwd.log" 2>&1 &
-$b/tests/flashattn_tests --gtest_filter='All/Backward.*/cuda_*:All/Backward.*/hip_*' > "$out/suite_bwd.log" 2>&1 &
-(cd $b && ctest -R 'cuda|hip' --output-on-failure > "$out/ctest_gpu.log" 2>&1) &
-timeout 300 $b/tests/reliability/flashattn_reliability_tests \
-  --gtest_filter='*cuda*:*hip*:Cuda*:Shapes/GpuLarge.*' > "$out/reliability_gpu.log" 2>&1 &
-wait
-summary() {  # log name
-  echo "== $2 (commit $commit)"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$1"
-  grep -E '^\[  FAILED  \] [A-Z]' "$1" | sed 's/, where.*//' | head -12
-  grep -B1 -A3 'Failure$' "$1" | head -20
-}
-summary "$out/suite_fwd.log" "suite forward cuda+hip"
-summary "$out/suite_bwd.log" "suite backward cuda+hip"
-summary "$out/reliability_gpu.log" "reliability (GpuLarge, CudaBadInput, numerics on cuda/hip)"
-grep -E "tests passed|Failed|Skipped|\*\*\*" "$out/ctest_gpu.log" | head -10
+p1=$!
+timeout 500 $tests --gtest_filter='All/Backward.*/cuda_*:All/Backward.*/hip_*' > "$out/suite_bwd.log" 2>&1 &
+p2=$!
+(cd $b && timeout 500 ctest -R 'cuda|hip' --output-on-failure > "$out/ctest_gpu.log" 2>&1) &
+p3=$!
+timeout 400 $rel --gtest_filter='*cuda*:*hip*:Cuda*:Shapes/GpuLarge.*' > "$out/reliability_gpu.log" 2>&1 &
+p4=$!
+wait $p1; rc1=$?
+wait $p2; rc2=$?
+wait $p3; rc3=$?
+wait $p4; rc4=$?
+echo "commit $commit"
+tally_gtest "suite forward cuda+hip" "$out/suite_fwd.log" $rc1
+tally_gtest "suite backward cuda+hip" "$out/suite_bwd.log" $rc2
+tally_gtest "reliability (GpuLarge, CudaBadInput, numerics on cuda/hip)" "$out/reliability_gpu.log" $rc4
+# ctest: "100% tests passed, 0 tests failed out of 5"
+line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$out/ctest_gpu.log" | tail -1)
+if [ -z "$line" ]; then
+  fail_step "ctest cuda|hip (rc=$rc3, no summary)"
+else
+  nf=$(echo "$line" | sed -E 's/.* ([0-9]+) tests? failed.*/\1/')
+  nt=$(echo "$line" | sed -E 's/.*out of ([0-9]+).*/\1/')
+  passed=$((passed + nt - nf)) failed=$((failed + nf))
+  echo "== ctest cuda|hip: $line"
+  grep -E "\*\*\*|Failed|Not Run" "$out/ctest_gpu.log" | head -10
+fi
 for who in cuda hip; do
   timeout 150 python3 bench/compare_torch.py --compare $b/bench/flashattn-compare --device cuda \
     --ours $who --dtype bf16 --head-dim 128 --seqlen 4096 16384 --causal both --iters 10 \
     --json "$out/torch_fwd_$who.json" > "$out/torch_fwd_$who.md" 2>&1
+  tally_rc "compare_torch.py --ours $who" $?
   tail -7 "$out/torch_fwd_$who.md"
 done
-OUT=$out TOOLS="memcheck racecheck initcheck" SKIP_LARGE=1 timeout 200 bash tests/gpu_sanitize.sh $b \
+OUT=$out TOOLS="memcheck racecheck initcheck" RELIABILITY=0 timeout 300 bash tests/gpu_sanitize.sh $b \
   > "$out/sanitize.log" 2>&1
-grep -E "rc=|status" "$out/summary.txt" "$out/sanitize.log" | head -12
+sanitize_rc=$?
+runs=$(grep -cE '^[a-z]+ [a-z]+check: rc=' "$out/summary.txt" 2>/dev/null)
+if [ "${runs:-0}" -eq 0 ]; then
+  fail_step "gpu_sanitize.sh (rc=$sanitize_rc, no run recorded)"
+else
+  while read -r san; do
+    rc=$(echo "$san" | sed -E 's/.*: rc=([0-9]+).*/\1/')
+    tally_rc "${san%%:*}" "$rc"
+  done < <(grep -E '^[a-z]+ [a-z]+check: rc=' "$out/summary.txt")
+  grep -E '^[a-z]+ [a-z]+check: rc=' "$out/summary.txt" | cut -c1-160
+  [ "$sanitize_rc" -eq 124 ] && fail_step "gpu_sanitize.sh timed out"
+fi
+echo "device_gpu: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

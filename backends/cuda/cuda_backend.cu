@@ -22,14 +22,18 @@
 namespace flash::cuda {
 namespace {
 
-constexpr int kHeadDims[] = {32, 64, 96, 128, 160, 192, 256};
-constexpr const char* kHeadDimList = "32, 64, 96, 128, 160, 192, 256";
+// Compiled tile head dims. Any head_dim / head_dim_v that is a multiple of 8 up to 256
+// runs on the smallest of these that holds max(head_dim, head_dim_v): the loads
+// zero-fill the tile columns past each dim in shared memory (16-byte chunks: 8 elements
+// of f16/bf16, so a multiple of 8 never splits a chunk) and the stores stop at the real
+// dim, so nothing past a row is read or written in device memory.
+constexpr int kTileDims[] = {32, 64, 96, 128, 160, 192, 256};
+constexpr int kHeadDimStep = 8, kMaxHeadDim = 256;
+constexpr const char* kHeadDimRule = "a multiple of 8 from 8 to 256";
 constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // kernels index rows with int
 
 bool supported_head_dim(int64_t d) {
-  for (int s : kHeadDims)
-    if (s == d) return true;
-  return false;
+  return d >= kHeadDimStep && d <= kMaxHeadDim && d % kHeadDimStep == 0;
 }
 
 bool log_enabled() {
@@ -42,10 +46,22 @@ const char* dtype_name(int dtype) {
 }
 size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
 
-// Tile head dim: the kernels are compiled per dim and take head_dim / head_dim_v at run
-// time (columns past them are zero-filled), so a problem runs on max of the two.
+// Tile head dim: the smallest compiled dim that holds both head_dim and head_dim_v (the
+// kernels take the real dims at run time). Called only for supported dims.
 int tile_dim(const flash_problem& p) {
-  return static_cast<int>(p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v);
+  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  for (int d : kTileDims)
+    if (d >= need) return d;
+  return kTileDims[sizeof kTileDims / sizeof kTileDims[0] - 1];
+}
+
+// " (head_dim 48 on the 64-wide tile)" when the tile is wider than the problem's dims.
+std::string padding_note(const flash_problem& p) {
+  const int dim = tile_dim(p);
+  if (p.head_dim == dim && p.head_dim_v == dim) return "";
+  std::string dims = "head_dim " + std::to_string(p.head_dim);
+  if (p.head_dim_v != p.head_dim) dims += "/" + std::to_string(p.head_dim_v);
+  return " (" + dims + " on the " + std::to_string(dim) + "-wide tile, columns past it zero)";
 }
 
 std::string fwd_config_name(const flash_problem& p) {
@@ -65,7 +81,7 @@ std::string fwd_config_name(const flash_problem& p) {
         case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
     break;
   }
-  return name + " " + dtype_name(p.dtype);
+  return name + " " + dtype_name(p.dtype) + padding_note(p);
 }
 
 int fwd_smem_bytes(const flash_problem& p) {
@@ -329,10 +345,10 @@ struct CudaBackend {
       return Choice::decline("cuda backend: unknown dtype " + std::to_string(p.dtype));
     if (!supported_head_dim(p.head_dim))
       return Choice::decline("cuda backend: head_dim = " + std::to_string(p.head_dim) +
-                             " is not supported (allowed: " + kHeadDimList + ")");
+                             " is not supported (allowed: " + kHeadDimRule + ")");
     if (!supported_head_dim(p.head_dim_v))
       return Choice::decline("cuda backend: head_dim_v = " + std::to_string(p.head_dim_v) +
-                             " is not supported (allowed: " + kHeadDimList + ")");
+                             " is not supported (allowed: " + kHeadDimRule + ")");
     if (p.seqlen_q >= kMaxSeqlen || p.seqlen_kv >= kMaxSeqlen)
       return Choice::decline("cuda backend: seqlen_q/seqlen_kv must be < 2^30 (got " +
                              std::to_string(p.seqlen_q) + ", " + std::to_string(p.seqlen_kv) + ")");
@@ -346,7 +362,8 @@ struct CudaBackend {
       const DeviceInfo d = current_device();
       const bool wgmma = bwd_wgmma_usable(is_f32, dim, d.major, d.minor);
       const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
-      const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype);
+      const std::string name =
+          bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) + padding_note(p);
       if (smem > d.smem_optin)
         return Choice::decline("cuda backend: backward tile config " + name + " needs " +
                                std::to_string(smem) + " bytes of shared memory, device " + d.name +

@@ -9,7 +9,9 @@
 namespace flash::test {
 
 // Sizes follow DEVELOPERS.md: 1, 17, 113, 257, 1000; Sq != Sk both ways; GQA 1/2/8;
-// head_dim 1, 8, 40, 64, 96, 128, 256 (+160/192 for the GPU set); every mask kind.
+// head_dim 1, 8, 40, 64, 96, 128, 256 (+160/192 for the GPU set), and multiples of 8 that
+// sit between the GPU tile dims (8, 16, 24, 48, 80, 112, 136, 200, 248: the cuda backend
+// runs them on the next wider tile with the columns past them zero); every mask kind.
 const std::vector<Case>& forward_cases() {
   static const std::vector<Case> cases = {
       // name                      B  Sq    Sk    Hq Hkv D    Dv   causal wl  wr  cap scale layout
@@ -35,6 +37,15 @@ const std::vector<Case>& forward_cases() {
       {"s77x129_d64_gqa2_causal_bhsd", 3, 77, 129, 4, 2, 64, 64, true, -1, -1, 0, 0, Layout::bhsd},
       {"s113_d128_padded", 2, 113, 113, 2, 2, 128, 128, false, -1, -1, 0, 0, Layout::padded},
       {"s64_d64_scale0.3_windowright0", 1, 64, 64, 1, 1, 64, 64, false, -1, 0, 0, 0.3f},
+      {"s17x113_d16_gqa2_causal", 1, 17, 113, 4, 2, 16, 16, true},
+      {"s113_d24_b2", 2, 113, 113, 2, 2, 24, 24},
+      {"s257x113_d48_window40_8", 1, 257, 113, 2, 1, 48, 48, false, 40, 8},
+      {"s113_d80_causal", 1, 113, 113, 2, 2, 80, 80, true},
+      {"s257_d112_softcap20", 1, 257, 257, 2, 2, 112, 112, false, -1, -1, 20.f, 0, Layout::packed, 4},
+      {"s113x257_d136_causal_bhsd", 1, 113, 257, 2, 2, 136, 136, true, -1, -1, 0, 0, Layout::bhsd},
+      {"s100_d200_padded", 2, 100, 100, 2, 1, 200, 200, false, -1, -1, 0, 0, Layout::padded},
+      {"s77_d248_dv200_causal", 1, 77, 77, 2, 2, 248, 200, true},
+      {"s113_d48_dv80", 1, 113, 113, 2, 2, 48, 80},
   };
   return cases;
 }
@@ -52,6 +63,14 @@ const std::vector<Case>& backward_cases() {
       {"s257_d32_softcap30", 1, 257, 257, 2, 2, 32, 32, false, -1, -1, 30.f, 0, Layout::packed, 6},
       {"s77x129_d96_gqa2_bhsd", 2, 77, 129, 4, 2, 96, 96, false, -1, -1, 0, 0, Layout::bhsd},
       {"s113_d128_causal_padded", 2, 113, 113, 2, 2, 128, 128, true, -1, -1, 0, 0, Layout::padded},
+      {"s113x17_d8", 1, 113, 17, 1, 1, 8, 8},
+      {"s17x113_d16_gqa2_causal", 1, 17, 113, 4, 2, 16, 16, true},
+      {"s113_d24_window16_16", 1, 113, 113, 2, 2, 24, 24, false, 16, 16},
+      {"s257x113_d48_causal", 1, 257, 113, 2, 1, 48, 48, true},
+      {"s113_d80_dv112", 1, 113, 113, 2, 2, 80, 112},
+      {"s113_d136_softcap20_bhsd", 1, 113, 113, 2, 2, 136, 136, false, -1, -1, 20.f, 0, Layout::bhsd, 4},
+      {"s100_d200_causal", 1, 100, 100, 2, 1, 200, 200, true},
+      {"s77_d248", 1, 77, 77, 1, 1, 248, 248},
   };
   return cases;
 }
