@@ -63,17 +63,17 @@ std::string documented_decline(Backend backend, const flash_problem& p) {
 }
 
 // Runs body on the target; returns from the test when the backend (rightly) declined.
-#define RUN_OR_DECLINE(target, problem, body)                                                  \
-  do {                                                                                         \
-    const std::string why_not = run_on(target, [&] { body; });                                 \
-    const std::string field = documented_decline(target.backend, problem);                     \
-    if (!field.empty()) {                                                                      \
-      EXPECT_NE(why_not.find(field), std::string::npos)                                        \
-          << "expected a decline naming " << field << ", got: "                                \
-          << (why_not.empty() ? "it ran" : why_not);                                           \
-      return;                                                                                  \
-    }                                                                                          \
-    ASSERT_TRUE(why_not.empty()) << "declined a problem it documents to run: " << why_not;     \
+#define RUN_OR_DECLINE(target, problem, body)                                              \
+  do {                                                                                     \
+    const std::string why_not = run_on(target, [&] { body; });                             \
+    const std::string field = documented_decline(target.backend, problem);                 \
+    if (!field.empty()) {                                                                  \
+      EXPECT_NE(why_not.find(field), std::string::npos)                                    \
+          << "expected a decline naming " << field                                         \
+          << ", got: " << (why_not.empty() ? "it ran" : why_not);                          \
+      return;                                                                              \
+    }                                                                                      \
+    ASSERT_TRUE(why_not.empty()) << "declined a problem it documents to run: " << why_not; \
   } while (0)
 
 class Forward : public testing::TestWithParam<Param> {};
@@ -90,7 +90,8 @@ TEST_P(Forward, MatchesReference) {
   AttentionDesc desc = in.desc;
   desc.backend = target.backend;
   desc.lse = lse.data();
-  RUN_OR_DECLINE(target, in.problem, attention(desc, in.q.data(), in.k.data(), in.v.data(), o.data()));
+  RUN_OR_DECLINE(target, in.problem,
+                 attention(desc, in.q.data(), in.k.data(), in.v.data(), o.data()));
 
   const Verdict vo = compare("o", o.to_packed(), in.ref.o, in.naive.o, dtype);
   EXPECT_TRUE(vo.pass) << vo.detail;
@@ -111,9 +112,10 @@ TEST_P(Backward, MatchesReference) {
   dv.poison();
   AttentionDesc desc = in.desc;
   desc.backend = target.backend;
-  RUN_OR_DECLINE(target, in.problem,
-                 attention_backward(desc, in.q.data(), in.k.data(), in.v.data(), in.o.data(),
-                                    in.dout.data(), in.lse.data(), dq.data(), dk.data(), dv.data()));
+  RUN_OR_DECLINE(
+      target, in.problem,
+      attention_backward(desc, in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.dout.data(),
+                         in.lse.data(), dq.data(), dk.data(), dv.data()));
   const double scale =
       std::max({magnitude(in.ref_grad.dq), magnitude(in.ref_grad.dk), magnitude(in.ref_grad.dv)});
   const Verdict vq = compare("dq", dq.to_packed(), in.ref_grad.dq, in.naive_grad.dq, dtype, scale);

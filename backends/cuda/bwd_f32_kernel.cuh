@@ -25,8 +25,12 @@ template <int kDim, int kRows, int RF>
 __device__ __forceinline__ void f32_dots(const float* a, const float* b, const float* x,
                                          const float* y, int lane, float (&sa)[kRows],
                                          float (&sb)[kRows]) {
+  // Four partial sums per dot (the float4 lanes), added at the end: a quarter of the
+  // rounding of one running sum, which matters at large logits (every p's exponent
+  // carries the score's rounding).
+  float4 pa[kRows], pb[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) sa[r] = sb[r] = 0.f;
+  for (int r = 0; r < kRows; ++r) pa[r] = pb[r] = make_float4(0.f, 0.f, 0.f, 0.f);
   const float4* xr = reinterpret_cast<const float4*>(x + lane * RF);
   const float4* yr = reinterpret_cast<const float4*>(y + lane * RF);
 #pragma unroll 4
@@ -36,9 +40,14 @@ __device__ __forceinline__ void f32_dots(const float* a, const float* b, const f
     for (int r = 0; r < kRows; ++r) {
       const float4 av = reinterpret_cast<const float4*>(a + r * RF)[c];
       const float4 bv = reinterpret_cast<const float4*>(b + r * RF)[c];
-      sa[r] = fmaf(av.w, xv.w, fmaf(av.z, xv.z, fmaf(av.y, xv.y, fmaf(av.x, xv.x, sa[r]))));
-      sb[r] = fmaf(bv.w, yv.w, fmaf(bv.z, yv.z, fmaf(bv.y, yv.y, fmaf(bv.x, yv.x, sb[r]))));
+      pa[r] = fma4(av, xv, pa[r]);
+      pb[r] = fma4(bv, yv, pb[r]);
     }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    sa[r] = (pa[r].x + pa[r].y) + (pa[r].z + pa[r].w);
+    sb[r] = (pb[r].x + pb[r].y) + (pb[r].z + pb[r].w);
   }
 }
 
@@ -100,6 +109,10 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
       grad.template operator()<true>(s[r], dp[r], lse_r[r], delta_r[r], ds[r]);
       if (!key_visible(f.mask, row0 + r, k0 + lane)) ds[r] = 0.f;
     }
+    // On tiles that straddle the mask a key the row does not see is skipped, not
+    // multiplied by dS = 0: a NaN or inf in its k must not reach the row's dq (0·NaN).
+    // Uniform over the warp (one row, all lanes).
+    const bool masked = !tile_fully_visible(f.mask, row0, row0 + R - 1, k0, k0 + BK - 1);
 #pragma unroll 8
     for (int j = 0; j < BK; ++j) {
       float kj[CT];
@@ -108,6 +121,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float dsj = __shfl_sync(0xffffffffu, ds[r], j);
+        if (masked && !key_visible(f.mask, row0 + r, k0 + j)) continue;
 #pragma unroll
         for (int t = 0; t < CT; ++t) acc[r][t] = fmaf(dsj, kj[t], acc[r][t]);
       }

@@ -266,7 +266,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
           acc_dv[mt][nt][e] = 0.f;
         }
 
-    __syncthreads();  // every warp is done with the previous key block's K, V and stages
+    bool k_nonfinite = false;  // this key block's K holds a NaN or inf (bwd_ops.cuh)
+    __syncthreads();           // every warp is done with the previous key block's K, V and stages
     if (steps > 0) {
       load_tile_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
       load_tile_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
@@ -280,6 +281,16 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
       const int q0 = (qt_begin + step % tiles_per_head) * BQ;
       cp_async_wait<0>();
       __syncthreads();  // this stage visible to all; every warp is done with the other one
+      if (step == 0) {  // a NaN or inf in this key block's K: bwd_ops.cuh, "Non-finite keys"
+        k_nonfinite = __syncthreads_or(smem_nonfinite<T>(sK, BK * kChunks * 16));
+        if (k_nonfinite) {
+          smem_zero_nonfinite<T>(sK, BK * kChunks * 16);
+          for (int r = tid; r < BK; r += kThreads)
+            if (k0 + r < skv && row_nonfinite(k + (int64_t)(k0 + r) * f.k_stride[1], f.head_dim))
+              smem_store_nan<T>(tile_addr<kChunks>(sV, r, 0));
+          __syncthreads();
+        }
+      }
       if constexpr (kDoDq) issue_pending();  // the last step's dQ staging tile is complete
       if (step + 1 < steps) load_step(step + 1, stage ^ 1);
       cp_async_commit();
@@ -437,15 +448,18 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
         if (row >= skv) continue;
         T* dk_row = dk + (int64_t)row * f.k_stride[1];
         T* dv_row = dv + (int64_t)row * f.v_stride[1];
+        const bool nan_key =
+            k_nonfinite && row_nonfinite(k + (int64_t)row * f.k_stride[1], f.head_dim);
 #pragma unroll
         for (int nt = 0; nt < OT; ++nt) {
           const int col = nt * 8 + tig * 2;
+          const float dk0 = acc_dk[mt][nt][2 * h], dk1 = acc_dk[mt][nt][2 * h + 1];
           if (kDoDk && col < f.head_dim)
-            *reinterpret_cast<uint32_t*>(dk_row + col) =
-                pack2<T>(acc_dk[mt][nt][2 * h] * f.scale, acc_dk[mt][nt][2 * h + 1] * f.scale);
+            *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk0 * f.scale, dk1 * f.scale);
           if (kDoDv && col < f.head_dim_v)
             *reinterpret_cast<uint32_t*>(dv_row + col) =
-                pack2<T>(acc_dv[mt][nt][2 * h], acc_dv[mt][nt][2 * h + 1]);
+                pack2<T>(nan_key && isnan(dk0) ? NAN : acc_dv[mt][nt][2 * h],
+                         nan_key && isnan(dk1) ? NAN : acc_dv[mt][nt][2 * h + 1]);
         }
       }
   }

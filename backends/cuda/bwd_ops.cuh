@@ -43,6 +43,15 @@ __host__ __device__ inline RowRange bwd_visible_rows(const MaskParams& m, int ke
   return {(int)lo, (int)(hi < lo ? lo : hi)};
 }
 
+// Non-finite keys. dQ += dS·K multiplies the keys a row does not see (dS = 0) by their k
+// rows, and 0·NaN = NaN: a NaN in k of a masked key would reach that row's dq. So each
+// key block checks its K tile once after loading it (smem_nonfinite, layout-agnostic). A
+// block that finds a NaN or inf (real data never does) zeroes those values in shared
+// memory and writes a NaN into the V row of each such key instead: dPᵀ = V·dOᵀ of that key
+// is then NaN, which the masked entries drop (dS = 0 by selection) and the visible ones
+// carry into dS, dQ and dK, as the reference's NaN score would; dV of the key, which
+// would come out finite from the zeroed K, is set to NaN where its dK is (the rows that
+// see it). Nothing changes in the element-wise loop. A NaN in v itself needs nothing.
 // Softcap and scale folded into three constants (computed once per kernel):
 //   no softcap: x = s·mult,                       mult = scale·log2(e)   (tensor cores)
 //   softcap c:  x = c·tanh(s·cap_in)·mult,        cap_in = scale/c, mult = log2(e)

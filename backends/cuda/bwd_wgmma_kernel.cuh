@@ -372,6 +372,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   };
 
   // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
+  bool k_nonfinite = false;  // this block's K holds a NaN or inf (bwd_ops.cuh)
   auto store_dk_dv = [&] {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -379,15 +380,18 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       if (row >= skv) continue;
       T* dk_row = dk + (int64_t)row * f.k_stride[1];
       T* dv_row = dv + (int64_t)row * f.v_stride[1];
+      const bool nan_key =
+          k_nonfinite && row_nonfinite(k + (int64_t)row * f.k_stride[1], f.head_dim);
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
         const int col = j * 8 + tig * 2;
+        const float dk0 = acc_dk[4 * j + 2 * hr], dk1 = acc_dk[4 * j + 2 * hr + 1];
         if (col < f.head_dim)
-          *reinterpret_cast<uint32_t*>(dk_row + col) =
-              pack2<T>(acc_dk[4 * j + 2 * hr] * f.scale, acc_dk[4 * j + 2 * hr + 1] * f.scale);
+          *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk0 * f.scale, dk1 * f.scale);
         if (col < f.head_dim_v)
           *reinterpret_cast<uint32_t*>(dv_row + col) =
-              pack2<T>(acc_dv[4 * j + 2 * hr], acc_dv[4 * j + 2 * hr + 1]);
+              pack2<T>(nan_key && isnan(dk0) ? NAN : acc_dv[4 * j + 2 * hr],
+                       nan_key && isnan(dk1) ? NAN : acc_dv[4 * j + 2 * hr + 1]);
       }
     }
   };
@@ -403,6 +407,18 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
   load_step(first);
   cp_async_commit();
+  // A NaN or inf in this block's K: bwd_ops.cuh, "Non-finite keys" (once per block).
+  cp_async_wait<0>();
+  __syncthreads();
+  k_nonfinite = __syncthreads_or(smem_nonfinite<T>(sK, BK * kChunks * 16));
+  if (k_nonfinite) {
+    smem_zero_nonfinite<T>(sK, BK * kChunks * 16);
+    for (int r = tid; r < BK; r += kThreads)
+      if (k0 + r < skv && row_nonfinite(k + (int64_t)(k0 + r) * f.k_stride[1], f.head_dim))
+        smem_store_nan<T>(sw128_addr<BK>(sV, r, 0));
+    fence_proxy_async_smem();  // the products read sK / sV through the async proxy
+    __syncthreads();
+  }
 
   // Start of a step: its stage (and the last step's shared tiles) visible to all, older
   // buffers free, the last dQ staging tile handed over (thread 0 may wait for its turn in

@@ -76,7 +76,8 @@ std::string fwd_config_name(const flash_problem& p) {
     CASE(64)
     CASE(96)
     CASE(128)
-    CASE(160) CASE(192)
+    CASE(160)
+    CASE(192)
 #undef CASE
         case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
     break;

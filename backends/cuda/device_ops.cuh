@@ -93,6 +93,72 @@ __device__ __forceinline__ float2 unpack2(uint32_t v) {
   }
 }
 
+// Lane-wise a·b + c (the f32 kernels' dot products keep one partial sum per lane).
+__device__ __forceinline__ float4 fma4(float4 a, float4 b, float4 c) {
+  return make_float4(fmaf(a.x, b.x, c.x), fmaf(a.y, b.y, c.y), fmaf(a.z, b.z, c.z),
+                     fmaf(a.w, b.w, c.w));
+}
+
+// NaN or ±inf in either of the two T of w (all-ones exponent).
+template <class T>
+__device__ __forceinline__ bool has_nonfinite(uint32_t w) {
+  constexpr uint32_t kExp = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
+  return (w & kExp) == kExp || ((w >> 16) & kExp) == kExp;
+}
+
+// Whole-tile versions, layout-agnostic (the tile's bytes in any order): every thread of
+// the block takes 16-byte chunks tid, tid + blockDim.x, ... of [base, base + bytes).
+// Call after a barrier that made the tile visible. smem_nonfinite returns this thread's
+// part (combine with __syncthreads_or); smem_zero_nonfinite replaces NaN/inf by 0.
+template <class T>
+__device__ __forceinline__ bool smem_nonfinite(uint32_t base, int bytes) {
+  bool bad = false;
+  for (int off = threadIdx.x * 16; off < bytes; off += blockDim.x * 16) {
+    uint4 w;
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(base + off));
+    bad |= has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
+           has_nonfinite<T>(w.w);
+  }
+  return bad;
+}
+template <class T>
+__device__ __forceinline__ void smem_zero_nonfinite(uint32_t base, int bytes) {
+  constexpr uint32_t kExp = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
+  auto clean = [](uint32_t w) {
+    if ((w & kExp) == kExp) w &= 0xffff0000u;
+    if (((w >> 16) & kExp) == kExp) w &= 0xffffu;
+    return w;
+  };
+  for (int off = threadIdx.x * 16; off < bytes; off += blockDim.x * 16) {
+    uint4 w;
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(base + off));
+    asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(base + off), "r"(clean(w.x)),
+                 "r"(clean(w.y)), "r"(clean(w.z)), "r"(clean(w.w))
+                 : "memory");
+  }
+}
+// Stores a quiet NaN of T at a shared-memory address.
+template <class T>
+__device__ __forceinline__ void smem_store_nan(uint32_t addr) {
+  const unsigned short nan = std::is_same_v<T, __half> ? 0x7e00 : 0x7fc0;
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(nan) : "memory");
+}
+// True when one of the first n (a multiple of 8) elements of a device row is NaN/inf.
+template <class T>
+__device__ __forceinline__ bool row_nonfinite(const T* row, int n) {
+  bool bad = false;
+  for (int c = 0; c < n; c += 8) {
+    const uint4 w = *reinterpret_cast<const uint4*>(row + c);
+    bad |= has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
+           has_nonfinite<T>(w.w);
+  }
+  return bad;
+}
+
 // Swizzle of 16-byte chunks inside a row-major [rows][kChunks] tile of 16-byte chunks.
 // ldmatrix reads one chunk column from 8 consecutive rows; without a swizzle rows whose
 // byte offsets differ by a multiple of 128 share banks. XOR-ing the chunk index with

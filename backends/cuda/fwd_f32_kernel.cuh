@@ -67,6 +67,10 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
   const KeyRange keys = visible_keys(p.mask, q0, q_last);
   const bool use_softcap = p.softcap > 0.f;
   const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
+  // Scores stay raw (capped under softcap) and p = exp((x - max)·emult): the difference
+  // is exact near the max, so exponents keep f32's relative precision at any logit size
+  // (fwd_tile_ops.cuh, online_softmax_max).
+  const float emult = use_softcap ? 1.f : p.scale;
 
   load_f32_rows<C::kBlockQ, kDim, RF, kThreads>(sQ, q, p.q_stride[1], q0, sq, p.head_dim);
   cp_async_commit();
@@ -88,42 +92,45 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
     cp_async_wait<0>();
     __syncthreads();
 
-    float s[R];
+    // Four partial sums per dot (the float4 lanes), added at the end: a quarter of the
+    // rounding of one running sum, which every p's exponent carries at large logits.
+    float4 part[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) s[r] = 0.f;
+    for (int r = 0; r < R; ++r) part[r] = make_float4(0.f, 0.f, 0.f, 0.f);
     const float4* krow = reinterpret_cast<const float4*>(sK + lane * RF);
 #pragma unroll 4
     for (int c = 0; c < kDim / 4; ++c) {
       const float4 kv = krow[c];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float4 qv = reinterpret_cast<const float4*>(sQ + (warp * R + r) * RF)[c];
-        s[r] = fmaf(qv.x, kv.x, s[r]);
-        s[r] = fmaf(qv.y, kv.y, s[r]);
-        s[r] = fmaf(qv.z, kv.z, s[r]);
-        s[r] = fmaf(qv.w, kv.w, s[r]);
-      }
+      for (int r = 0; r < R; ++r)
+        part[r] = fma4(reinterpret_cast<const float4*>(sQ + (warp * R + r) * RF)[c], kv, part[r]);
     }
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = (part[r].x + part[r].y) + (part[r].z + part[r].w);
 
     const int key = k0 + lane;
     float pr[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      float x = s[r] * p.scale;
-      if (use_softcap) x = p.softcap * tanhf(s[r] * cap_in);
+      float x = use_softcap ? p.softcap * tanhf(s[r] * cap_in) : s[r];
       if (!key_visible(p.mask, row0 + r, key)) x = -INFINITY;
       float mx = x;
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
       mx = fmaxf(mx, row_max[r]);
       const float base = mx == -INFINITY ? 0.f : mx;  // no visible key yet: avoid inf - inf
-      const float alpha = expf(row_max[r] - base);
+      const float alpha = expf((row_max[r] - base) * emult);
       row_max[r] = mx;
-      pr[r] = expf(x - base);
+      pr[r] = expf((x - base) * emult);
       row_sum[r] = row_sum[r] * alpha + pr[r];  // per-lane partial, reduced at the end
 #pragma unroll
       for (int t = 0; t < CT; ++t) acc[r][t] *= alpha;
     }
+    // On tiles that straddle the mask, a key a row does not see is skipped, not
+    // multiplied by p = 0: a NaN or inf in its v must not reach the row (0·NaN = NaN).
+    // The condition is uniform over the warp (one row, all lanes), so nothing diverges.
+    const bool masked = !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1);
 #pragma unroll 8
     for (int j = 0; j < BK; ++j) {
       float vj[CT];
@@ -132,6 +139,7 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float pj = __shfl_sync(0xffffffffu, pr[r], j);
+        if (masked && !key_visible(p.mask, row0 + r, k0 + j)) continue;
 #pragma unroll
         for (int t = 0; t < CT; ++t) acc[r][t] = fmaf(pj, vj[t], acc[r][t]);
       }
@@ -145,13 +153,14 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
     for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
     const int row = row0 + r;
     if (row >= sq) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = l == 0.f ? 0.f : 1.f / l;  // no key seen: o = 0; NaN stays NaN
     float* orow = o + (int64_t)row * p.o_stride[1];
 #pragma unroll
     for (int t = 0; t < CT; ++t)
       if (lane + 32 * t < p.head_dim_v) orow[lane + 32 * t] = acc[r][t] * inv;
     if (p.lse != nullptr && lane == 0)
-      p.lse[(batch * p.heads_q + head) * sq + row] = l > 0.f ? row_max[r] + logf(l) : -INFINITY;
+      p.lse[(batch * p.heads_q + head) * sq + row] =
+          l == 0.f ? -INFINITY : fmaf(row_max[r], emult, logf(l));
   }
 }
 

@@ -4,7 +4,8 @@
 // 16 or 32 whole query rows, so its slice of O and the softmax state (row max m, row sum
 // l) live in its registers and no cross-warp reduction is needed. For each visible K/V
 // tile: S = Q·Kᵀ with mma.sync m16n8k16 (ldmatrix from swizzled shared memory), online
-// softmax with exp2 (log2(e) folded into the scale), then P — re-packed from the S
+// softmax with exp2 (log2(e) folded into the scale; exponents (s - max)·scale·log2e,
+// exact at any logit size), then P — re-packed from the S
 // accumulators into A fragments without leaving registers — times V (ldmatrix.trans).
 // O is divided by l once at the end; lse = ln(sum exp) is written when asked.
 // Pipelining: cp.async brings V(j) while S(j) and the softmax run, and K(j+1) while P·V(j)
@@ -77,7 +78,8 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
   const LdsmAddr<kChunks> v_addr(sV, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
   // Softcap replaces s*scale by softcap*tanh(s*scale/softcap); the exp2 multiplier
-  // then applies to the capped score. Either way p = exp2(score*mult - max*mult).
+  // then applies to the capped score. Either way p = exp2((score - max)*mult)
+  // (online_softmax_max in fwd_tile_ops.cuh says why not the one-FFMA form).
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
   const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
@@ -136,29 +138,26 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
     }
 
     // ---- softcap, mask, online softmax ----------------------------------------------
-    softcap_and_mask(s, p, use_softcap, cap_in,
-                     !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1), q0 + warp_row0 + g,
-                     k0 + tig * 2);
+    const bool masked = !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1);
+    softcap_and_mask(s, p, use_softcap, cap_in, masked, q0 + warp_row0 + g, k0 + tig * 2);
     float row_alpha[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mt][h];
+        float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row with no visible key so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
-        const float base = mx == -INFINITY ? 0.f : mx * mult;
-        const float alpha = fast_exp2(row_max[mt][h] * mult - base);
-        row_max[mt][h] = mx;
+        float max_used, alpha;
+        online_softmax_max(row_max[mt][h], mx, mult, max_used, alpha);
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const float p0 = fast_exp2(fmaf(s[mt][nt][2 * h], mult, -base));
-          const float p1 = fast_exp2(fmaf(s[mt][nt][2 * h + 1], mult, -base));
+          const float p0 = softmax_p(s[mt][nt][2 * h], max_used, mult);
+          const float p1 = softmax_p(s[mt][nt][2 * h + 1], max_used, mult);
           s[mt][nt][2 * h] = p0;
           s[mt][nt][2 * h + 1] = p1;
           sum += p0 + p1;
@@ -200,13 +199,24 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
       }
 
     cp_async_wait<0>();
-    __syncthreads();  // V(tile) visible; every warp is done reading K(tile)
+    // V(tile) visible; every warp is done reading K(tile). A boundary tile whose V holds
+    // a NaN or inf takes the exact path (fwd_tile_ops.cuh).
+    const bool exact_pv =
+        __syncthreads_or(masked && own_chunks_nonfinite<BK, kChunks, kThreads, T>(sV));
     if (tile + 1 < tile_end) {
       load_tile_async<BK, kChunks, kThreads>(sK, k, p.k_stride[1], k0 + BK, skv, p.head_dim);
     }
     cp_async_commit();
 
     // ---- O += P·V ---------------------------------------------------------------------
+    if (exact_pv) {
+      const auto frag = [&](int mt, int kk, int reg, int src) {
+        return __shfl_sync(0xffffffffu, p_frag[mt][kk][reg], src);
+      };
+      pv_visible_keys_only<T, MT, BK / 16, OT, kChunks>(acc_o, frag, sV, 0, 0, p.mask,
+                                                        q0 + warp_row0 + g, k0);
+      continue;
+    }
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
@@ -232,7 +242,7 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
       float l = row_sum[mt][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: o = 0
+      const float inv = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
       const int r = warp_row0 + mt * 16 + g + h * 8;
 #pragma unroll
       for (int nt = 0; nt < OT; ++nt) {
@@ -243,9 +253,7 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
       }
       const int row = q0 + r;
       if (p.lse != nullptr && tig == 0 && row < sq) {
-        const float m = row_max[mt][h];
-        p.lse[(batch * p.heads_q + head) * sq + row] =
-            l > 0.f ? (m * mult + log2f(l)) * kLn2 : -INFINITY;
+        p.lse[(batch * p.heads_q + head) * sq + row] = row_lse(row_max[mt][h], l, mult);
       }
     }
   }

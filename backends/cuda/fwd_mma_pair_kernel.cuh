@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
     }
 
     // ---- softcap, mask --------------------------------------------------------------
-    softcap_and_mask(s, p, use_softcap, cap_in,
-                     !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1), q0 + pair_row0 + g,
+    const bool masked = !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1);
+    softcap_and_mask(s, p, use_softcap, cap_in, masked, q0 + pair_row0 + g,
                      k0 + half * (BK / 2) + tig * 2);
 
     // ---- row max over both halves (exchange), then P and partial row sums ------------
@@ -177,16 +177,14 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float mx = fmaxf(row_max[mt][h],
-                               fmaxf(tile_max[mt][h], x_row[partner * PR + mt * 16 + h * 8 + g]));
-        const float base = mx == -INFINITY ? 0.f : mx * mult;
-        const float alpha = fast_exp2(row_max[mt][h] * mult - base);
-        row_max[mt][h] = mx;
+        const float mx = fmaxf(tile_max[mt][h], x_row[partner * PR + mt * 16 + h * 8 + g]);
+        float max_used, alpha;  // both warps of the pair compute the same max
+        online_softmax_max(row_max[mt][h], mx, mult, max_used, alpha);
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const float p0 = fast_exp2(fmaf(s[mt][nt][2 * h], mult, -base));
-          const float p1 = fast_exp2(fmaf(s[mt][nt][2 * h + 1], mult, -base));
+          const float p0 = softmax_p(s[mt][nt][2 * h], max_used, mult);
+          const float p1 = softmax_p(s[mt][nt][2 * h + 1], max_used, mult);
           s[mt][nt][2 * h] = p0;
           s[mt][nt][2 * h + 1] = p1;
           sum += p0 + p1;
@@ -220,10 +218,27 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
     }
 
     cp_async_wait<0>();
-    __syncthreads();  // V(tile) visible; every warp is done with K(tile); P halves written
+    // V(tile) visible; every warp is done with K(tile); P halves written. A boundary tile
+    // whose V holds a NaN or inf takes the exact path (fwd_tile_ops.cuh).
+    const bool exact_pv =
+        __syncthreads_or(masked && own_chunks_nonfinite<BK, kChunks, kThreads, T>(sV));
     if (tile + 1 < tile_end)
       load_tile_async<BK, kChunks, kThreads>(sK, k, p.k_stride[1], k0 + BK, skv, p.head_dim);
     cp_async_commit();
+    if (exact_pv) {
+#pragma unroll
+      for (int src = 0; src < 2; ++src) {  // both key halves from the exchange buffers
+        const int w = src == 0 ? warp : partner, key_half = src == 0 ? half : 1 - half;
+        const auto frag = [&](int mt, int kk, int reg, int lane_src) {
+          const uint4 t = x_p[((w * MT + mt) * KTH + kk) * 32 + lane_src];
+          return reg == 0 ? t.x : reg == 1 ? t.y : reg == 2 ? t.z : t.w;
+        };
+        pv_visible_keys_only<T, MT, KTH, OT, kChunks>(acc_o, frag, sV, key_half * (BK / 2),
+                                                      half * (D / 16), p.mask, q0 + pair_row0 + g,
+                                                      k0 + key_half * (BK / 2));
+      }
+      continue;
+    }
 
     // ---- O(columns of this half) += P(all keys)·V -----------------------------------
 #pragma unroll
@@ -279,7 +294,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float l = l_own[mt][h] + x_row[partner * PR + mt * 16 + h * 8 + g];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l == 0.f ? 0.f : 1.f / l;
       const int r = pair_row0 + mt * 16 + g + h * 8;
 #pragma unroll
       for (int nt = 0; nt < OT; ++nt) {
@@ -291,8 +306,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
       }
       const int row = q0 + r;
       if (p.lse != nullptr && half == 0 && tig == 0 && row < sq) {
-        p.lse[(batch * p.heads_q + head) * sq + row] =
-            l > 0.f ? (row_max[mt][h] * mult + log2f(l)) * kLn2 : -INFINITY;
+        p.lse[(batch * p.heads_q + head) * sq + row] = row_lse(row_max[mt][h], l, mult);
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "device_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
 
@@ -43,6 +44,114 @@ __device__ __forceinline__ void softcap_and_mask(float (&s)[MT][NT][4], const Fw
           if (col < lo || col >= hi) s[mt][nt][2 * h + e] = -INFINITY;
         }
     }
+}
+
+// One step of a row's online softmax on raw scores (before the mult = scale·log2(e)
+// factor, or the capped score under softcap). Every p of the row is
+// exp2((score − max)·mult): the difference is exact where it matters (Sterbenz: scores
+// within a factor 2 of the max), so the row's largest score gives p = 1 exactly and every
+// exponent keeps f32's relative precision however large the logits. The one-FFMA form
+// exp2(score·mult − max·mult) subtracts a rounded max·mult: at logits of 1e4 that is
+// ~5e-4 in every exponent, p_max = 1 ± 3e-4, which the f16/bf16 rounding of P before
+// P·V then turns into an output error of up to one ulp (3x the tolerance rule in
+// Numerics.LogitsUpTo1e4AfterScalingForward). Cost: one FADD more per score.
+// tile_max: the row's largest score in this tile (−inf if it sees none). Out: the max to
+// subtract (0 while the row has seen no key, so exp2 gives 0, never NaN) and alpha,
+// the factor for the row's running sum and O (0 at its first visible tile).
+__device__ __forceinline__ void online_softmax_max(float& row_max, float tile_max, float mult,
+                                                   float& max_used, float& alpha) {
+  const float mx = fmaxf(row_max, tile_max);
+  max_used = mx == -INFINITY ? 0.f : mx;
+  alpha = fast_exp2((row_max - max_used) * mult);
+  row_max = mx;
+}
+
+// p = exp2((score − max)·mult); −inf scores give 0.
+__device__ __forceinline__ float softmax_p(float score, float max_used, float mult) {
+  return fast_exp2((score - max_used) * mult);
+}
+
+// The row's lse (natural log) from its max and sum; rows that saw no key: −inf. A NaN
+// sum (a NaN or inf − inf in the row) stays NaN, as in the reference.
+__device__ __forceinline__ float row_lse(float row_max, float row_sum, float mult) {
+  return row_sum == 0.f ? -INFINITY : fmaf(row_max, mult, log2f(row_sum)) * kLn2;
+}
+
+// Non-finite values in V and the mask. P·V on tensor cores multiplies the masked keys'
+// p = 0 by their v rows, and 0·NaN = NaN: a NaN or inf in v of a key that a row does not
+// see would reach that row. So a tile that straddles the mask is checked once its V has
+// landed (each thread reads the 16-byte chunks it copied), and a block where any V value
+// is NaN/inf takes pv_visible_keys_only for that tile instead of the mma loop. Real data
+// never takes it; the check costs a few instructions per chunk on boundary tiles only.
+template <int kRows, int kChunks, int kThreads, class T>
+__device__ __forceinline__ bool own_chunks_nonfinite(uint32_t smem_base) {
+  bool bad = false;
+#pragma unroll
+  for (int it = 0; it < kRows * kChunks / kThreads; ++it) {  // load_tile_async's mapping
+    const int idx = it * kThreads + threadIdx.x;
+    uint4 w;
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(tile_addr<kChunks>(smem_base, idx / kChunks, idx % kChunks)));
+    bad |= has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
+           has_nonfinite<T>(w.w);
+  }
+  return bad;
+}
+
+// O += P·V for one warp's rows over the keys each row sees, with scalar FMAs (the exact
+// path above). P arrives in the mma A-fragment layout: frag(mt, kk, reg, lane) returns
+// register `reg` of k-step kk of m-tile mt as held by `lane` (the quad of the row holds
+// its 16 keys: reg 0/1 = keys 2·tig..+1 of rows g / g+8, reg 2/3 = the same 8 keys on).
+// acc[mt][nt] covers value columns col_chunk0 + nt (8 columns each); the P columns are
+// keys key_row0 + 16·kk.. of the V tile, key0 the global index of its key_row0.
+// row0: global row of this lane's (mt = 0, g) row.
+template <class T, int MT, int KSTEPS, int OT, int kChunks, class Frag>
+__device__ __forceinline__ void pv_visible_keys_only(float (&acc)[MT][OT][4], const Frag& frag,
+                                                     uint32_t sV, int key_row0, int col_chunk0,
+                                                     const MaskParams& m, int row0, int key0) {
+  const int lane = threadIdx.x % 32, tig = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    int lo[2], hi[2];  // visible keys of rows g and g + 8, relative to key0
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + mt * 16 + h * 8;
+      const KeyRange r = visible_keys(m, row, row);
+      lo[h] = r.begin - key0;
+      hi[h] = r.end - key0;
+    }
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+      for (int upper = 0; upper < 2; ++upper)
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const int src = (lane & ~3) | t;
+          const float2 p_rows[2] = {unpack2<T>(frag(mt, kk, 2 * upper, src)),
+                                    unpack2<T>(frag(mt, kk, 2 * upper + 1, src))};
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            const int key = kk * 16 + upper * 8 + t * 2 + b;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (key < lo[h] || key >= hi[h]) continue;
+              const float pv = b == 0 ? p_rows[h].x : p_rows[h].y;
+#pragma unroll
+              for (int nt = 0; nt < OT; ++nt) {
+                uint32_t w;
+                asm volatile(
+                    "ld.shared.b32 %0, [%1];\n"
+                    : "=r"(w)
+                    : "r"(tile_addr<kChunks>(sV, key_row0 + key, col_chunk0 + nt) + tig * 4));
+                const float2 v = unpack2<T>(w);
+                acc[mt][nt][2 * h] = fmaf(pv, v.x, acc[mt][nt][2 * h]);
+                acc[mt][nt][2 * h + 1] = fmaf(pv, v.y, acc[mt][nt][2 * h + 1]);
+              }
+            }
+          }
+        }
+  }
 }
 
 }  // namespace flash::cuda

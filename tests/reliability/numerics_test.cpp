@@ -35,7 +35,8 @@ const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 // relative, far above f32's epsilon, so the epsilon term of the bound is widened by
 // this factor (1 for logits of order 1).
 double lse_rounding_factor(const std::vector<double>& lse, DType dtype, int64_t head_dim) {
-  const double per_logit = std::ldexp(1.0, -24) * (2 + 2 * std::sqrt(static_cast<double>(head_dim)));
+  const double per_logit =
+      std::ldexp(1.0, -24) * (2 + 2 * std::sqrt(static_cast<double>(head_dim)));
   return 1 + magnitude(lse) * per_logit / relative_epsilon(dtype);
 }
 
@@ -68,8 +69,8 @@ struct Problem {
 // NaN and infinities must match the reference element by element; finite elements
 // then go through the tolerance rule (with non-finite positions set to 0 on all sides).
 ::testing::AssertionResult matches(const std::string& what, std::vector<double> got,
-                                   std::vector<double> ref, std::vector<double> naive,
-                                   DType dtype, double magnitude = -1) {
+                                   std::vector<double> ref, std::vector<double> naive, DType dtype,
+                                   double magnitude = -1) {
   if (got.size() != ref.size()) return ::testing::AssertionFailure() << what << ": size differs";
   for (size_t i = 0; i < got.size(); ++i) {
     const bool ref_finite = std::isfinite(ref[i]);
@@ -150,8 +151,8 @@ class Numerics : public testing::TestWithParam<Target> {
     d.backend = GetParam().backend;
     ScopedEnv simd("FLASH_CPU_TARGET", GetParam().simd.empty() ? nullptr : GetParam().simd.c_str());
     try {
-      attention_backward(d, p.q.data(), p.k.data(), p.v.data(), o.data(), p.dout.data(),
-                         lse.data(), dq.data(), dk.data(), dv_t.data());
+      attention_backward(d, p.q.data(), p.k.data(), p.v.data(), o.data(), p.dout.data(), lse.data(),
+                         dq.data(), dk.data(), dv_t.data());
     } catch (const Error& e) {
       FAIL() << "raised: " << e.what();
     }
@@ -159,12 +160,14 @@ class Numerics : public testing::TestWithParam<Target> {
     const auto naive = naive_backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data());
     const double mag = std::max({magnitude(grad.dq), magnitude(grad.dk), magnitude(grad.dv)}) *
                        lse_rounding_factor(ref.lse, d.dtype, d.head_dim);
-    EXPECT_TRUE(matches(std::string(what) + " dq", dq.to_packed(), grad.dq, naive.dq, d.dtype, mag));
-    EXPECT_TRUE(matches(std::string(what) + " dk", dk.to_packed(), grad.dk, naive.dk, d.dtype, mag));
-    EXPECT_TRUE(matches(std::string(what) + " dv", dv_t.to_packed(), grad.dv, naive.dv, d.dtype, mag));
+    EXPECT_TRUE(
+        matches(std::string(what) + " dq", dq.to_packed(), grad.dq, naive.dq, d.dtype, mag));
+    EXPECT_TRUE(
+        matches(std::string(what) + " dk", dk.to_packed(), grad.dk, naive.dk, d.dtype, mag));
+    EXPECT_TRUE(
+        matches(std::string(what) + " dv", dv_t.to_packed(), grad.dv, naive.dv, d.dtype, mag));
   }
 };
-
 
 // Largest |q·k| over all (query, key) pairs of head pairs that meet (GQA included).
 double max_abs_dot(const Problem& p) {
@@ -230,7 +233,8 @@ TEST_P(Numerics, RowsWithOneVisibleKey) {
     for (int64_t i = 0; i < 40; ++i)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t e = 0; e < 64; ++e)
-          ASSERT_NEAR(p.o.get(0, i, h, e), p.v.get(0, i, 0, e), 1e-6 + 4e-3 * std::fabs(p.v.get(0, i, 0, e)))
+          ASSERT_NEAR(p.o.get(0, i, h, e), p.v.get(0, i, 0, e),
+                      1e-6 + 4e-3 * std::fabs(p.v.get(0, i, 0, e)))
               << "row " << i << " head " << h;
     check_backward(p, "window00");
     Problem c(dtype, 25, 25, 1, 1, 32, 15);
@@ -252,10 +256,8 @@ const Poison kPoisons[] = {
     {"nan_in_q", 'q', 3, 5, kNaN},  // query row 3 of head 0
     {"nan_in_k", 'k', 6, 1, kNaN},  // key 6 (both query heads share the kv head)
     {"nan_in_v", 'v', 2, 7, kNaN},  // value 2, column 7
-    {"minus_inf_in_q", 'q', 4, 0, -kInf},
-    {"minus_inf_in_k", 'k', 5, 3, -kInf},
-    {"plus_inf_in_k", 'k', 1, 2, kInf},
-    {"minus_inf_in_v", 'v', 3, 4, -kInf},
+    {"minus_inf_in_q", 'q', 4, 0, -kInf}, {"minus_inf_in_k", 'k', 5, 3, -kInf},
+    {"plus_inf_in_k", 'k', 1, 2, kInf},   {"minus_inf_in_v", 'v', 3, 4, -kInf},
     {"plus_inf_in_v", 'v', 0, 0, kInf},
 };
 
@@ -311,7 +313,8 @@ class MillionKeys : public Numerics {
     if (!t.simd.empty()) {
       for (const Target& other : all_targets())
         if (other.backend == Backend::cpu) {
-          if (other.simd != t.simd) GTEST_SKIP() << "runs on the default cpu target " << other.label;
+          if (other.simd != t.simd)
+            GTEST_SKIP() << "runs on the default cpu target " << other.label;
           break;
         }
     }
