@@ -42,12 +42,6 @@ configure() {  # dir sanitizers extra-args...
     { tail -30 "$dir/reliability-configure.log"; exit 1; }
 }
 
-# Tests waiting for a fix outside tests/ (tests/reliability/known_gaps.txt).
-gaps=$(grep -v '^#' tests/reliability/known_gaps.txt | grep -v '^[[:space:]]*$' | paste -sd: || true)
-if [ -n "$gaps" ]; then
-  echo "reliability: known gaps not run (tests/reliability/known_gaps.txt): $gaps"
-fi
-
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/reliability/ubsan.supp
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/reliability/tsan.supp
@@ -80,10 +74,10 @@ if has asan; then
   "$bin/flashattn_tests" --gtest_filter='-All/*' --gtest_brief=1 | tail -3   # api, validation, edge
   stamp "asan: cross-backend suite + api tests passed"
   rel=$bin/reliability/flashattn_reliability_tests
-  "$rel" --gtest_filter="Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*${gaps:+-$gaps}" \
+  "$rel" --gtest_filter="Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*" \
     --gtest_brief=1 | tail -3
   stamp "asan: bad-input matrix + fuzz replay passed"
-  "$rel" --gtest_filter="AllTargets/*:CudaBadInput.*${gaps:+-$gaps}" --gtest_brief=1 | tail -3
+  "$rel" --gtest_filter="AllTargets/*:CudaBadInput.*" --gtest_brief=1 | tail -3
   stamp "asan: numerical edge cases passed"
   "$bin/reliability/flashattn_concurrency_test" --gtest_brief=1 | tail -3
   # The cpu backend's own tests, except flash_cpu_rss_test (RSS means nothing under

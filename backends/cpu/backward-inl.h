@@ -74,12 +74,16 @@ HWY_INLINE void BackwardScores(float* HWY_RESTRICT st, float* HWY_RESTRICT dpt, 
         deriv = hn::NegMulAdd(t, t, one);
       }
       auto pv = Exp2(d, hn::MulSub(s, log2e, lse_v));
-      if (boundary) {
-        const auto jv = hn::Set(d, static_cast<float>(j));
-        pv = hn::IfThenElseZero(hn::And(hn::Ge(jv, lo), hn::Le(jv, hi)), pv);
-      }
       auto ds = hn::Mul(pv, hn::Sub(hn::Load(d, dp), di_v));
       if (softcap > 0) ds = hn::Mul(ds, deriv);
+      if (boundary) {
+        // Selected, not multiplied by p = 0: dP of a hidden key may be NaN (a NaN in its v),
+        // and 0·NaN would reach the row's dq.
+        const auto jv = hn::Set(d, static_cast<float>(j));
+        const auto visible = hn::And(hn::Ge(jv, lo), hn::Le(jv, hi));
+        pv = hn::IfThenElseZero(visible, pv);
+        ds = hn::IfThenElseZero(visible, ds);
+      }
       hn::Store(pv, d, sp);
       hn::Store(ds, d, dp);
     }
@@ -217,6 +221,33 @@ HWY_INLINE KvOperands LoadKv(const CallArgs& a, int64_t b, int64_t hkv, int64_t 
   return op;
 }
 
+// K as the B operand of dQ += dS·K. That product multiplies the keys a row does not see
+// (dS = 0) by their k rows, and 0·NaN = NaN: a NaN or inf in k of a hidden key would
+// reach the row's dq. Scores use K as it is (the rows that see such a key get NaN, as in
+// the reference); a tile holding NaN/inf (real data never does) gives the dQ product a
+// copy with those values zeroed, in `spare` (kb rows of d_pad floats).
+struct FiniteK {
+  const float* ptr;
+  size_t ld;
+};
+HWY_INLINE FiniteK FiniteKeys(const KvOperands& kv, size_t kb, size_t D, size_t d_pad,
+                              float* spare) {
+  bool finite = true;
+  for (size_t j = 0; j < kb; ++j) {
+    const float* row = kv.kb_ptr + j * kv.ldk;
+    float acc = 0.0f;  // x - x is 0 for finite x, NaN for NaN/inf
+    for (size_t c = 0; c < D; ++c) acc += row[c] - row[c];
+    finite &= acc == 0.0f;
+  }
+  if (finite) return {kv.kb_ptr, kv.ldk};
+  for (size_t j = 0; j < kb; ++j)
+    for (size_t c = 0; c < d_pad; ++c) {
+      const float x = c < D ? kv.kb_ptr[j * kv.ldk + c] : 0.0f;
+      spare[j * d_pad + c] = x - x == 0.0f ? x : 0.0f;
+    }
+  return {spare, d_pad};
+}
+
 // Sᵀ and dPᵀ of one (K/V tile, q tile), turned into Pᵀ and dSᵀ.
 // Columns [r0, r0 + rows) of the item's rows (Qᵀ, dOᵀ have row stride ld); Sᵀ and
 // dPᵀ are written dense with `rows` columns.
@@ -341,7 +372,8 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
   const size_t RP = std::min(R, Tiles::kRows);  // rows per pass over a K/V tile
   const size_t n_passes = (R + RP - 1) / RP;
   const size_t d_pad = RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes);
-  BackwardTiles t = TakeBackwardTiles(p, R, R * d_pad);
+  // Two K slots: the tile as loaded, and a copy without NaN/inf for the dQ product.
+  BackwardTiles t = TakeBackwardTiles(p, R, R * d_pad, 2);
   float* dq_acc = t.acc0;
   std::fill(dq_acc, dq_acc + R * d_pad, 0.0f);
   int64_t* row_index = Workspace::ForThisThread().index(R + 2 * n_passes);
@@ -360,6 +392,8 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);
     const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
     const KvOperands kv = LoadKv(a, b, hkv, j0, kb, k_rows, t);
+    const FiniteK kq =
+        FiniteKeys(kv, kb, static_cast<size_t>(p.head_dim), d_pad, t.kpack + K * d_pad);
     const int64_t j_next = j0 + static_cast<int64_t>(K);
     if (j_next <= j_end) {
       const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
@@ -379,7 +413,7 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
         TileIntervals(plan.mask, row_index + r0, rows, j0, kb, t.lo_rel + r0, t.hi_rel + r0);
       ScoresAndGrad(p, kv, k_rows, kb, r0, rows, R, boundary, t);
       Gemm<Tiles::kPvMR, Tiles::kPvNR>(rows, d_pad, kb, StridedA{t.dpt, 1, rows},
-                                       BOperand::RowMajor(kv.kb_ptr, kv.ldk), dq_acc + r0 * d_pad,
+                                       BOperand::RowMajor(kq.ptr, kq.ld), dq_acc + r0 * d_pad,
                                        d_pad, CMode::kAccumulate);
     }
   }

@@ -19,17 +19,20 @@
 namespace flash::hip {
 namespace {
 
-// Score and probability of (query row i, key) from the two dot products; p = 0 where
-// the mask hides the key or the row saw nothing in the forward (lse = -inf).
+// Score and probability of (query row i, key) from the two dot products. seen = false
+// where the mask hides the key or the row saw nothing in the forward (lse = -inf): the
+// callers then skip the pair rather than multiply by p = 0, since dP (and k) of a hidden
+// key may be NaN and 0·NaN would reach the row's gradients.
 struct Prob {
   float p, slope;
+  bool seen;
 };
 FLASH_DEVICE Prob recompute_p(const KernelProblem& p, int64_t i, int64_t key, float dot,
                               float lse2) {
   const KeyRange r = visible_keys(p, i);
-  if (key < r.lo || key > r.hi || lse2 == -INFINITY) return {0.f, 0.f};
+  if (key < r.lo || key > r.hi || lse2 == -INFINITY) return {0.f, 0.f, false};
   const float t = logit_log2(p, dot);
-  return {gpu::fast_exp2(t - lse2), softcap_slope(p, t)};
+  return {gpu::fast_exp2(t - lse2), softcap_slope(p, t), true};
 }
 
 template <class T, class Tile>
@@ -97,6 +100,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       dot = gpu::group_sum<G>(dot);
       dp = gpu::group_sum<G>(dp);
       const Prob pr = recompute_p(p, i, t0 + j, dot, lse2);
+      if (!pr.seen) continue;
       const float ds = pr.p * (dp - delta) * pr.slope;
 #pragma unroll
       for (int n = 0; n < N; ++n) dq_acc[n] += ds * k_tile[j][lane + G * n];
@@ -198,8 +202,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
         dot = gpu::group_sum<G>(dot);
         dp = gpu::group_sum<G>(dp);
         const int64_t i = t0 + r;
-        const Prob pr =
-            key_ok && i < p.seqlen_q ? recompute_p(p, i, key, dot, lse2_tile[r]) : Prob{0.f, 0.f};
+        const Prob pr = key_ok && i < p.seqlen_q ? recompute_p(p, i, key, dot, lse2_tile[r])
+                                                 : Prob{0.f, 0.f, false};
+        if (!pr.seen) continue;
         const float ds = pr.p * (dp - delta_tile[r]) * pr.slope;
 #pragma unroll
         for (int n = 0; n < N; ++n) {

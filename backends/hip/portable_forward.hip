@@ -88,6 +88,10 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int n = 0; n < N; ++n) o_acc[n] *= alpha;
 #pragma unroll
     for (int j = 0; j < KV; ++j) {
+      // A key the row does not see is skipped, not multiplied by p = 0: a NaN or inf in
+      // its v must not reach the row (0·NaN = NaN).
+      const int64_t key = t0 + j;
+      if (key < mine.lo || key > mine.hi) continue;
       const float pj = gpu::fast_exp2(s[j] - m_new);
       l += pj;
 #pragma unroll
