@@ -282,14 +282,10 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
       cp_async_wait<0>();
       __syncthreads();  // this stage visible to all; every warp is done with the other one
       if (step == 0) {  // a NaN or inf in this key block's K: bwd_ops.cuh, "Non-finite keys"
-        k_nonfinite = __syncthreads_or(smem_nonfinite<T>(sK, BK * kChunks * 16));
-        if (k_nonfinite) {
-          smem_zero_nonfinite<T>(sK, BK * kChunks * 16);
-          for (int r = tid; r < BK; r += kThreads)
-            if (k0 + r < skv && row_nonfinite(k + (int64_t)(k0 + r) * f.k_stride[1], f.head_dim))
-              smem_store_nan<T>(tile_addr<kChunks>(sV, r, 0));
-          __syncthreads();
-        }
+        k_nonfinite = quarantine_nonfinite_keys<T, BK>(
+            sK, BK * kChunks * 16, [&](int r) { return tile_addr<kChunks>(sV, r, 0); }, k,
+            f.k_stride[1], k0, skv, f.head_dim);
+        if (k_nonfinite) __syncthreads();
       }
       if constexpr (kDoDq) issue_pending();  // the last step's dQ staging tile is complete
       if (step + 1 < steps) load_step(step + 1, stage ^ 1);
@@ -458,8 +454,8 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
             *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk0 * f.scale, dk1 * f.scale);
           if (kDoDv && col < f.head_dim_v)
             *reinterpret_cast<uint32_t*>(dv_row + col) =
-                pack2<T>(nan_key && isnan(dk0) ? NAN : acc_dv[mt][nt][2 * h],
-                         nan_key && isnan(dk1) ? NAN : acc_dv[mt][nt][2 * h + 1]);
+                pack2<T>(dv_of_key(nan_key, dk0, acc_dv[mt][nt][2 * h]),
+                         dv_of_key(nan_key, dk1, acc_dv[mt][nt][2 * h + 1]));
         }
       }
   }

@@ -52,6 +52,29 @@ __host__ __device__ inline RowRange bwd_visible_rows(const MaskParams& m, int ke
 // carry into dS, dQ and dK, as the reference's NaN score would; dV of the key, which
 // would come out finite from the zeroed K, is set to NaN where its dK is (the rows that
 // see it). Nothing changes in the element-wise loop. A NaN in v itself needs nothing.
+// The block-wide step of the above, after a barrier that made this key block's K and V
+// tiles visible; sK spans k_bytes, v_row_addr(r) is the shared address of V row r's first
+// element. Returns whether K held a NaN/inf (the same on every thread); then K is zeroed
+// there and V rows of those keys hold a NaN, and the caller makes the writes visible
+// (a barrier; under wgmma also the async-proxy fence).
+template <class T, int BK, class VRowAddr>
+__device__ __forceinline__ bool quarantine_nonfinite_keys(uint32_t sK, int k_bytes,
+                                                          VRowAddr v_row_addr, const T* k,
+                                                          int64_t k_stride, int k0, int skv,
+                                                          int head_dim) {
+  if (!__syncthreads_or(smem_nonfinite<T>(sK, k_bytes))) return false;
+  smem_zero_nonfinite<T>(sK, k_bytes);
+  for (int r = threadIdx.x; r < BK; r += blockDim.x)
+    if (k0 + r < skv && row_nonfinite(k + (int64_t)(k0 + r) * k_stride, head_dim))
+      smem_store_nan<T>(v_row_addr(r));
+  return true;
+}
+// dV of a key whose k held a NaN (nan_key): NaN where its dK is, i.e. where a row that sees
+// the key contributed (the zeroed K left dV itself finite).
+__device__ __forceinline__ float dv_of_key(bool nan_key, float dk, float dv) {
+  return nan_key && isnan(dk) ? NAN : dv;
+}
+
 // Softcap and scale folded into three constants (computed once per kernel):
 //   no softcap: x = s·mult,                       mult = scale·log2(e)   (tensor cores)
 //   softcap c:  x = c·tanh(s·cap_in)·mult,        cap_in = scale/c, mult = log2(e)

@@ -390,8 +390,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
           *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk0 * f.scale, dk1 * f.scale);
         if (col < f.head_dim_v)
           *reinterpret_cast<uint32_t*>(dv_row + col) =
-              pack2<T>(nan_key && isnan(dk0) ? NAN : acc_dv[4 * j + 2 * hr],
-                       nan_key && isnan(dk1) ? NAN : acc_dv[4 * j + 2 * hr + 1]);
+              pack2<T>(dv_of_key(nan_key, dk0, acc_dv[4 * j + 2 * hr]),
+                       dv_of_key(nan_key, dk1, acc_dv[4 * j + 2 * hr + 1]));
       }
     }
   };
@@ -410,12 +410,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   // A NaN or inf in this block's K: bwd_ops.cuh, "Non-finite keys" (once per block).
   cp_async_wait<0>();
   __syncthreads();
-  k_nonfinite = __syncthreads_or(smem_nonfinite<T>(sK, BK * kChunks * 16));
+  k_nonfinite = quarantine_nonfinite_keys<T, BK>(
+      sK, BK * kChunks * 16, [&](int r) { return sw128_addr<BK>(sV, r, 0); }, k, f.k_stride[1], k0,
+      skv, f.head_dim);
   if (k_nonfinite) {
-    smem_zero_nonfinite<T>(sK, BK * kChunks * 16);
-    for (int r = tid; r < BK; r += kThreads)
-      if (k0 + r < skv && row_nonfinite(k + (int64_t)(k0 + r) * f.k_stride[1], f.head_dim))
-        smem_store_nan<T>(sw128_addr<BK>(sV, r, 0));
     fence_proxy_async_smem();  // the products read sK / sV through the async proxy
     __syncthreads();
   }

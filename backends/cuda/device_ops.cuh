@@ -99,11 +99,26 @@ __device__ __forceinline__ float4 fma4(float4 a, float4 b, float4 c) {
                      fmaf(a.w, b.w, c.w));
 }
 
-// NaN or ±inf in either of the two T of w (all-ones exponent).
+// Exponent bits of T: all ones = NaN or ±inf.
+template <class T>
+constexpr uint32_t kExpBits = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
+// NaN or ±inf in either of the two T of w; in any of the eight T of a 16-byte chunk.
 template <class T>
 __device__ __forceinline__ bool has_nonfinite(uint32_t w) {
-  constexpr uint32_t kExp = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
-  return (w & kExp) == kExp || ((w >> 16) & kExp) == kExp;
+  return (w & kExpBits<T>) == kExpBits<T> || ((w >> 16) & kExpBits<T>) == kExpBits<T>;
+}
+template <class T>
+__device__ __forceinline__ bool has_nonfinite(uint4 w) {
+  return has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
+         has_nonfinite<T>(w.w);
+}
+// One 16-byte shared-memory load.
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 w;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+               : "r"(addr));
+  return w;
 }
 
 // Whole-tile versions, layout-agnostic (the tile's bytes in any order): every thread of
@@ -113,29 +128,19 @@ __device__ __forceinline__ bool has_nonfinite(uint32_t w) {
 template <class T>
 __device__ __forceinline__ bool smem_nonfinite(uint32_t base, int bytes) {
   bool bad = false;
-  for (int off = threadIdx.x * 16; off < bytes; off += blockDim.x * 16) {
-    uint4 w;
-    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                 : "r"(base + off));
-    bad |= has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
-           has_nonfinite<T>(w.w);
-  }
+  for (int off = threadIdx.x * 16; off < bytes; off += blockDim.x * 16)
+    bad |= has_nonfinite<T>(lds128(base + off));
   return bad;
 }
 template <class T>
 __device__ __forceinline__ void smem_zero_nonfinite(uint32_t base, int bytes) {
-  constexpr uint32_t kExp = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;
   auto clean = [](uint32_t w) {
-    if ((w & kExp) == kExp) w &= 0xffff0000u;
-    if (((w >> 16) & kExp) == kExp) w &= 0xffffu;
+    if ((w & kExpBits<T>) == kExpBits<T>) w &= 0xffff0000u;
+    if (((w >> 16) & kExpBits<T>) == kExpBits<T>) w &= 0xffffu;
     return w;
   };
   for (int off = threadIdx.x * 16; off < bytes; off += blockDim.x * 16) {
-    uint4 w;
-    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                 : "r"(base + off));
+    const uint4 w = lds128(base + off);
     asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(base + off), "r"(clean(w.x)),
                  "r"(clean(w.y)), "r"(clean(w.z)), "r"(clean(w.w))
                  : "memory");
@@ -151,11 +156,7 @@ __device__ __forceinline__ void smem_store_nan(uint32_t addr) {
 template <class T>
 __device__ __forceinline__ bool row_nonfinite(const T* row, int n) {
   bool bad = false;
-  for (int c = 0; c < n; c += 8) {
-    const uint4 w = *reinterpret_cast<const uint4*>(row + c);
-    bad |= has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
-           has_nonfinite<T>(w.w);
-  }
+  for (int c = 0; c < n; c += 8) bad |= has_nonfinite<T>(*reinterpret_cast<const uint4*>(row + c));
   return bad;
 }
 

@@ -89,12 +89,7 @@ __device__ __forceinline__ bool own_chunks_nonfinite(uint32_t smem_base) {
 #pragma unroll
   for (int it = 0; it < kRows * kChunks / kThreads; ++it) {  // load_tile_async's mapping
     const int idx = it * kThreads + threadIdx.x;
-    uint4 w;
-    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                 : "r"(tile_addr<kChunks>(smem_base, idx / kChunks, idx % kChunks)));
-    bad |= has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
-           has_nonfinite<T>(w.w);
+    bad |= has_nonfinite<T>(lds128(tile_addr<kChunks>(smem_base, idx / kChunks, idx % kChunks)));
   }
   return bad;
 }
