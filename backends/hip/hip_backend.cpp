@@ -184,8 +184,15 @@ KernelProblem to_kernel_problem(const flash_problem& p) {
     k.v_stride[a] = p.v_stride[a];
     k.o_stride[a] = p.o_stride[a];
   }
-  k.window_left = p.window_left;
-  k.window_right = p.window_right;
+  // A window of seqlen_q + seqlen_kv or more hides nothing: store it as unbounded (-1),
+  // so no kernel evaluates diag ± window near INT64_MAX. Keeping every comparison
+  // overflow-free in source was not enough: nvcc's optimiser re-associated
+  // `cap < j0 - shift` in rows_seeing into an overflowing sum (hip-on-cuda dk/dv were 0).
+  const auto unbounded_if_huge = [&](int64_t w) {
+    return w >= p.seqlen_q + p.seqlen_kv ? int64_t{-1} : w;
+  };
+  k.window_left = unbounded_if_huge(p.window_left);
+  k.window_right = unbounded_if_huge(p.window_right);
   k.causal = p.causal;
   k.scale = p.scale;
   k.softcap = p.softcap;

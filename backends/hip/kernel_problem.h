@@ -13,7 +13,9 @@ struct KernelProblem {
   int64_t batch, seqlen_q, seqlen_kv, heads_q, heads_kv, head_dim, head_dim_v;
   int64_t group;  // heads_q / heads_kv: q head h reads kv head h / group
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // [batch, seq, head]
-  int64_t window_left, window_right;                           // -1 = unbounded
+  // -1 = unbounded; to_kernel_problem stores windows >= seqlen_q + seqlen_kv as -1, so
+  // diag ± window stays far from overflow whatever the optimiser re-associates.
+  int64_t window_left, window_right;
   int causal;
   float scale;       // softmax scale
   float softcap;     // 0 = off
@@ -57,7 +59,7 @@ FLASH_HOST_DEVICE RowRange rows_seeing(const KernelProblem& p, int64_t j0, int64
   // hi(i) = min(seqlen_kv - 1, diag + cap) when causal or window_right bound it, so
   // hi(i) >= j0  <=>  i >= j0 - shift - cap (j0 <= seqlen_kv - 1 always).
   if (p.causal || p.window_right >= 0) {
-    const int64_t cap = p.causal ? 0 : p.window_right;  // window_right >= 0 never lowers 0
+    const int64_t cap = p.causal ? 0 : p.window_right;       // window_right >= 0 never lowers 0
     if (cap < j0 - shift - first) first = j0 - shift - cap;  // no overflow for huge cap
   }
   // lo(i) <= j1  <=>  i + shift - window_left <= j1.
