@@ -55,6 +55,17 @@ void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
   raise_on_failure(status, *selection.slot, error);
 }
 
+void merge_partials(const AttentionDesc& desc, int64_t parts, const void* o_parts,
+                    const float* lse_parts, void* o, float* lse) {
+  const flash_problem problem = detail::validate_merge(desc, parts, {o_parts, lse_parts, o, lse});
+  const detail::Selection selection = detail::select_backend(desc.backend, problem, o, FLASH_MERGE);
+  if (detail::is_empty(problem)) return;
+  flash_message error{};
+  const int status =
+      selection.slot->module->merge(&problem, parts, o_parts, lse_parts, o, lse, &error);
+  raise_on_failure(status, *selection.slot, error);
+}
+
 Plan explain(const AttentionDesc& desc, bool backward, const void* q) {
   const flash_problem problem = detail::validate_descriptor(desc);
   const detail::Selection s =

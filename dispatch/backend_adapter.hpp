@@ -8,6 +8,7 @@
 //   static Choice choose(const flash_problem& p, int direction);   // the one decision
 //   static void forward(const flash_problem&, q, k, v, o);          // throws on error
 //   static void backward(const flash_problem&, q, k, v, o, dout, lse, dq, dk, dv);
+//   static void merge(const flash_problem&, parts, o_parts, lse_parts, o, lse);
 // forward/backward throw flash::Error for bad input (FLASH_INVALID_ARGUMENT) and
 // flash::detail::RuntimeFailure for device failures (FLASH_RUNTIME_ERROR).
 // Header-only: GPU modules include it without linking the core library.
@@ -102,6 +103,10 @@ const flash_backend_module* make_module() {
          const void* dout, const float* lse, void* dq, void* dk, void* dv,
          flash_message* error) -> int {
         return guarded(error, [&] { B::backward(*p, q, k, v, o, dout, lse, dq, dk, dv); });
+      },
+      [](const flash_problem* p, int64_t parts, const void* o_parts, const float* lse_parts,
+         void* o, float* lse, flash_message* error) -> int {
+        return guarded(error, [&] { B::merge(*p, parts, o_parts, lse_parts, o, lse); });
       },
   };
   return &module;

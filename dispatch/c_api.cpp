@@ -33,6 +33,13 @@ flash::AttentionDesc to_cpp(const flash_attention_desc& c) {
   d.backend = static_cast<flash::Backend>(c.backend);
   d.stream = c.stream;
   d.deterministic = c.deterministic != 0;
+  d.cu_seqlens_q = c.cu_seqlens_q;
+  d.cu_seqlens_kv = c.cu_seqlens_kv;
+  d.seqlens_kv = c.seqlens_kv;
+  d.block_table = c.block_table;
+  d.page_size = c.page_size;
+  d.pages_per_seq = c.pages_per_seq;
+  d.num_pages = c.num_pages;
   return d;
 }
 
@@ -94,6 +101,14 @@ flash_status flash_attention_backward(const flash_attention_desc* desc, const vo
                                       const float* lse, void* dq, void* dk, void* dv) {
   return guarded(desc, [&](const flash::AttentionDesc& d) {
     flash::attention_backward(d, q, k, v, o, dout, lse, dq, dk, dv);
+  });
+}
+
+flash_status flash_merge_partials(const flash_attention_desc* desc, int64_t parts,
+                                  const void* o_parts, const float* lse_parts, void* o,
+                                  float* lse) {
+  return guarded(desc, [&](const flash::AttentionDesc& d) {
+    flash::merge_partials(d, parts, o_parts, lse_parts, o, lse);
   });
 }
 

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define FLASH_MODULE_ABI_VERSION 2
+#define FLASH_MODULE_ABI_VERSION 3
 #define FLASH_MODULE_MESSAGE_LEN 512
 
 /* Storage type codes; equal to the values of flash::DType. */
@@ -34,7 +34,7 @@ enum {
   FLASH_RUNTIME_ERROR = 3     /* e.g. a CUDA error */
 };
 
-enum { FLASH_FORWARD = 0, FLASH_BACKWARD = 1 };
+enum { FLASH_FORWARD = 0, FLASH_BACKWARD = 1, FLASH_MERGE = 2 };
 
 /* A validated, fully resolved problem. Strides are in elements: [batch, seq, head]. */
 typedef struct flash_problem {
@@ -49,6 +49,20 @@ typedef struct flash_problem {
   void* stream;
   int32_t nondeterministic; /* backward: 0 = bitwise reproducible (zero-initialised default),
                                1 = unordered atomic accumulation allowed */
+  /* Inference fields (flash.hpp), null / 0 when unused; the arrays live where q lives.
+   * Validated: page_size, pages_per_seq, num_pages > 0 with block_table; block_table
+   * never with cu_seqlens_kv; seqlens_kv never with cu_seqlens_kv; backward: neither
+   * seqlens_kv nor block_table. Host arrays are content-checked (sequence_arrays.hpp);
+   * a GPU kernel must still clamp lengths to seqlen_q / seqlen_kv and skip page ids
+   * outside [0, num_pages), as device arrays are not checked unless FLASH_CHECK=1. */
+  const int32_t* cu_seqlens_q;  /* [batch + 1]: q, o, dout, dq are [total_q, heads, dim] */
+  const int32_t* cu_seqlens_kv; /* [batch + 1]: k, v, dk, dv are [total_kv, heads, dim] */
+  const int32_t* seqlens_kv;    /* [batch]: keys 0 .. seqlens_kv[b]-1 of each sequence */
+  const int32_t* block_table;   /* [batch, pages_per_seq] page ids */
+  int64_t page_size, pages_per_seq, num_pages;
+  /* cu_seqlens_q[batch] / cu_seqlens_kv[batch] when that array is in host memory (the
+   * packed row counts), else -1 (device arrays; the kernels read cu[batch]). */
+  int64_t total_q, total_kv;
 } flash_problem;
 
 typedef struct flash_message {
@@ -69,6 +83,9 @@ typedef struct flash_backend_module {
   int (*backward)(const flash_problem* problem, const void* q, const void* k, const void* v,
                   const void* o, const void* dout, const float* lse, void* dq, void* dk, void* dv,
                   flash_message* error);
+  /* merge_partials (flash.hpp); choose() is asked first with direction FLASH_MERGE. */
+  int (*merge)(const flash_problem* problem, int64_t parts, const void* o_parts,
+               const float* lse_parts, void* o, float* lse, flash_message* error);
 } flash_backend_module;
 
 /* Symbol every loadable module exports. */

@@ -6,7 +6,9 @@ namespace flash::detail {
 namespace {
 
 const char* direction_name(int direction) {
-  return direction == FLASH_FORWARD ? "forward" : "backward";
+  return direction == FLASH_FORWARD    ? "forward"
+         : direction == FLASH_BACKWARD ? "backward"
+                                       : "merge";
 }
 
 // Where the request came from, for messages: "desc.backend=cuda" / "FLASH_BACKEND=cuda".

@@ -16,7 +16,7 @@ struct Selection {
 };
 
 // Throws flash::Error when the requested backend is unavailable or declines.
-// direction: FLASH_FORWARD or FLASH_BACKWARD.
+// direction: FLASH_FORWARD, FLASH_BACKWARD or FLASH_MERGE.
 Selection select_backend(const Backend requested_in_desc, const flash_problem& problem,
                          const void* q, int direction);
 

@@ -26,10 +26,18 @@ struct BackwardArgs {
   void* dv;
 };
 
+struct MergeArgs {
+  const void* o_parts;
+  const float* lse_parts;
+  void* o;
+  float* lse;
+};
+
 // Throws flash::Error naming the field, the value and what is allowed. Returns the
 // problem with head_dim_v, scale and every stride filled in.
 flash_problem validate_forward(const AttentionDesc& desc, const ForwardArgs& args);
 flash_problem validate_backward(const AttentionDesc& desc, const BackwardArgs& args);
+flash_problem validate_merge(const AttentionDesc& desc, int64_t parts, const MergeArgs& args);
 
 // The descriptor alone (no pointers): what explain() needs.
 flash_problem validate_descriptor(const AttentionDesc& desc);

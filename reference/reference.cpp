@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "reference/dtype.hpp"
+#include "reference/sequences.hpp"
 
 namespace flash::reference {
 namespace {
@@ -75,7 +76,9 @@ bool visible(const flash_problem& p, int64_t i, int64_t j) {
   return true;
 }
 
-ForwardResult forward(const flash_problem& p, const void* q, const void* k, const void* v) {
+namespace {
+
+ForwardResult forward_dense(const flash_problem& p, const void* q, const void* k, const void* v) {
   ForwardResult r;
   const int64_t dv = p.head_dim_v;
   r.o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * dv), 0.0);
@@ -98,8 +101,8 @@ ForwardResult forward(const flash_problem& p, const void* q, const void* k, cons
   return r;
 }
 
-BackwardResult backward(const flash_problem& p, const void* q, const void* k, const void* v,
-                        const void* dout) {
+BackwardResult backward_dense(const flash_problem& p, const void* q, const void* k, const void* v,
+                              const void* dout) {
   BackwardResult r;
   const int64_t d_qk = p.head_dim, d_v = p.head_dim_v;
   r.dq.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * d_qk), 0.0);
@@ -145,6 +148,17 @@ BackwardResult backward(const flash_problem& p, const void* q, const void* k, co
       }
     }
   return r;
+}
+
+}  // namespace
+
+ForwardResult forward(const flash_problem& p, const void* q, const void* k, const void* v) {
+  return forward_per_sequence(p, q, k, v, forward_dense);
+}
+
+BackwardResult backward(const flash_problem& p, const void* q, const void* k, const void* v,
+                        const void* dout) {
+  return backward_per_sequence(p, q, k, v, dout, backward_dense);
 }
 
 }  // namespace flash::reference

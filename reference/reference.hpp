@@ -12,6 +12,9 @@ namespace flash::reference {
 
 // Results in double, packed: o [batch, seqlen_q, heads_q, head_dim_v],
 // lse [batch, heads_q, seqlen_q] (natural log; -inf for rows that see no key).
+// Problems with inference fields (packed batches, cache lengths, paged caches) use the
+// layouts of reference/sequences.hpp: o [total_q, heads_q, head_dim_v], lse
+// [heads_q, total_q] with cu_seqlens_q.
 struct ForwardResult {
   std::vector<double> o, lse;
 };

@@ -6,6 +6,7 @@
 #include "dispatch/backend_adapter.hpp"
 #include "reference/dtype.hpp"
 #include "reference/reference.hpp"
+#include "reference/sequences.hpp"
 
 namespace flash::detail {
 namespace {
@@ -38,7 +39,7 @@ struct ReferenceBackend {
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
     const reference::ForwardResult r = reference::forward(p, q, k, v);
-    store_tensor(r.o, o, p.dtype, p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
+    store_q_rows(p, r.o, o, p.o_stride, p.head_dim_v);
     if (p.lse)
       for (size_t i = 0; i < r.lse.size(); ++i) p.lse[i] = static_cast<float>(r.lse[i]);
   }
@@ -46,9 +47,29 @@ struct ReferenceBackend {
   static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
                        const void*, const void* dout, const float*, void* dq, void* dk, void* dv) {
     const reference::BackwardResult r = reference::backward(p, q, k, v, dout);
-    store_tensor(r.dq, dq, p.dtype, p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
-    store_tensor(r.dk, dk, p.dtype, p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
-    store_tensor(r.dv, dv, p.dtype, p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+    store_q_rows(p, r.dq, dq, p.q_stride, p.head_dim);
+    // Packed keys are [1, total_kv] rows; dense keys [batch, seqlen_kv].
+    const bool packed = p.cu_seqlens_kv != nullptr;
+    const int64_t kb = packed ? 1 : p.batch, ks = packed ? reference::rows_kv(p) : p.seqlen_kv;
+    store_tensor(r.dk, dk, p.dtype, p.k_stride, kb, ks, p.heads_kv, p.head_dim);
+    store_tensor(r.dv, dv, p.dtype, p.v_stride, kb, ks, p.heads_kv, p.head_dim_v);
+  }
+
+  static void merge(const flash_problem& p, int64_t parts, const void* o_parts,
+                    const float* lse_parts, void* o, float* lse) {
+    const reference::ForwardResult r = reference::merge(p, parts, o_parts, lse_parts);
+    store_q_rows(p, r.o, o, p.o_stride, p.head_dim_v);
+    if (lse)
+      for (size_t i = 0; i < r.lse.size(); ++i) lse[i] = static_cast<float>(r.lse[i]);
+  }
+
+ private:
+  // Rows of q/o/dq: [1, total_q] when packed (cu_seqlens_q), else [batch, seqlen_q].
+  static void store_q_rows(const flash_problem& p, const std::vector<double>& r, void* out,
+                           const int64_t* stride, int64_t dim) {
+    const bool packed = p.cu_seqlens_q != nullptr;
+    store_tensor(r, out, p.dtype, stride, packed ? 1 : p.batch,
+                 packed ? reference::rows_q(p) : p.seqlen_q, p.heads_q, dim);
   }
 };
 

@@ -23,6 +23,7 @@
 #include "backends/cpu/cpu_plan.h"
 #include "backends/cpu/targets.h"
 #include "dispatch/backend_adapter.hpp"
+#include "dispatch/sequence_arrays.hpp"
 #include "flash/flash.hpp"
 
 namespace flash::cpu {
@@ -82,6 +83,11 @@ struct CpuBackend {
     // Every validated problem runs (any head_dim, dtype, mask, stride); only the SIMD
     // target and the fast/tail path vary.
     const TargetKernels& t = SelectTarget();
+    if (direction == FLASH_MERGE)
+      return flash::detail::Choice::decline("cpu backend: merge_partials is not implemented yet");
+    if (flash::detail::has_sequence_arrays(p))
+      return flash::detail::Choice::decline(
+          "cpu backend: packed batches, cache lengths and paged caches are not implemented yet");
     const bool vec = p.head_dim % static_cast<int64_t>(t.tiles.lanes) == 0 &&
                      p.head_dim_v % static_cast<int64_t>(t.tiles.lanes) == 0;
     std::string kernel = std::string("cpu.") + (direction == FLASH_BACKWARD ? "bwd." : "fwd.") +
@@ -112,6 +118,11 @@ struct CpuBackend {
     if (p.seqlen_kv > 0)
       ParallelFor(plan.kv_items(), [&](int64_t item) { t.backward_kv_item(plan, item); });
     ParallelFor(plan.q_items(), [&](int64_t item) { t.backward_q_item(plan, item); });
+  }
+
+  static void merge(const flash_problem&, int64_t, const void*, const float*, void*, float*) {
+    throw flash::Error("cpu backend: merge_partials is not implemented yet",
+                       flash::Error::Kind::unsupported);
   }
 };
 

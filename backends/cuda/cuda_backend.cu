@@ -16,6 +16,7 @@
 #include "cuda_check.hpp"
 #include "device_buffers.hpp"
 #include "dispatch/backend_adapter.hpp"
+#include "dispatch/sequence_arrays.hpp"
 #include "kernel_params.hpp"
 #include "tile_configs.hpp"
 
@@ -79,8 +80,9 @@ std::string fwd_config_name(const flash_problem& p) {
     CASE(160)
     CASE(192)
 #undef CASE
-        case 256 : name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
-    break;
+    case 256:
+      name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
+      break;
   }
   return name + " " + dtype_name(p.dtype) + padding_note(p);
 }
@@ -344,6 +346,11 @@ struct CudaBackend {
     using flash::detail::Choice;
     if (p.dtype != FLASH_F32 && p.dtype != FLASH_F16 && p.dtype != FLASH_BF16)
       return Choice::decline("cuda backend: unknown dtype " + std::to_string(p.dtype));
+    if (direction == FLASH_MERGE)
+      return Choice::decline("cuda backend: merge_partials is not implemented yet");
+    if (flash::detail::has_sequence_arrays(p))
+      return Choice::decline(
+          "cuda backend: packed batches, cache lengths and paged caches are not implemented yet");
     if (!supported_head_dim(p.head_dim))
       return Choice::decline("cuda backend: head_dim = " + std::to_string(p.head_dim) +
                              " is not supported (allowed: " + kHeadDimRule + ")");
@@ -545,6 +552,13 @@ struct CudaBackend {
     }
     check_cuda(cudaGetLastError(), "backward kernel launch");
     staging.finish();
+  }
+
+  static void merge(const flash_problem& p, int64_t, const void*, const float*, void*, float*) {
+    const auto choice = choose(p, FLASH_MERGE);
+    throw flash::Error(
+        choice.ok ? "cuda backend: merge_partials is not implemented yet" : choice.reason,
+        flash::Error::Kind::unsupported);
   }
 };
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dispatch/backend_adapter.hpp"
+#include "dispatch/sequence_arrays.hpp"
 #include "kernels.h"
 #include "mfma_tiles.h"
 #include "portability.h"
@@ -124,6 +125,15 @@ struct Plan {
 Choice decide(const flash_problem& p, int direction, Plan* plan) {
   const Device dev = current_device();
   if (!dev.ok) return Choice::decline(dev.reason);
+  if (direction == FLASH_MERGE)
+    return Choice::decline("hip backend: merge_partials is not implemented yet");
+  if (const char* feature = p.block_table     ? "paged caches (block_table)"
+                            : p.seqlens_kv    ? "cache lengths (seqlens_kv)"
+                            : p.cu_seqlens_q  ? "packed batches (cu_seqlens_q)"
+                            : p.cu_seqlens_kv ? "packed batches (cu_seqlens_kv)"
+                                              : nullptr)
+    return Choice::decline(std::string("hip backend: ") + feature +
+                           " are not supported on hip (backends/hip/README.md)");
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   if (dim > kPortableMaxHeadDim)
     return Choice::decline("head_dim " + std::to_string(p.head_dim) + " / head_dim_v " +
@@ -333,6 +343,11 @@ struct HipBackend {
     if (plan.path == Path::portable) e = launch_portable_backward(kp, p.dtype, a, stream);
     check(e, "backward kernel launch");
     st.finish();
+  }
+
+  static void merge(const flash_problem& p, int64_t, const void*, const float*, void*, float*) {
+    const Choice c = decide(p, FLASH_MERGE, nullptr);
+    throw Error("hip backend cannot merge: " + c.reason, Error::Kind::unsupported);
   }
 };
 

@@ -50,11 +50,18 @@ typedef struct flash_attention_desc {
   int64_t window_left, window_right; /* -1 = unbounded */
   float softcap;                     /* 0 = off */
   flash_strides q_stride, k_stride, v_stride, o_stride;
-  float* lse;      /* optional output [batch, heads_q, seqlen_q] */
-  int32_t backend; /* flash_backend */
-  void* stream;    /* cudaStream_t / hipStream_t; NULL = default stream */
+  float* lse;            /* optional output [batch, heads_q, seqlen_q] */
+  int32_t backend;       /* flash_backend */
+  void* stream;          /* cudaStream_t / hipStream_t; NULL = default stream */
   int32_t deterministic; /* backward: 1 = bitwise reproducible (flash_desc_init's default),
                             0 = cuda may accumulate dQ with unordered atomics */
+  /* Inference (flash.hpp's AttentionDesc): packed batches, cache lengths, paged K/V.
+   * NULL / 0 when unused; the arrays live where q lives. */
+  const int32_t* cu_seqlens_q;  /* [batch + 1] */
+  const int32_t* cu_seqlens_kv; /* [batch + 1] */
+  const int32_t* seqlens_kv;    /* [batch] */
+  const int32_t* block_table;   /* [batch, pages_per_seq] */
+  int64_t page_size, pages_per_seq, num_pages;
 } flash_attention_desc;
 
 /* Fills *desc with the defaults of flash::AttentionDesc (windows -1, batch 1, ...). */
@@ -67,6 +74,11 @@ FLASH_C_API flash_status flash_attention_backward(const flash_attention_desc* de
                                                   const void* k, const void* v, const void* o,
                                                   const void* dout, const float* lse, void* dq,
                                                   void* dk, void* dv);
+
+/* Combines attention over disjoint key sets: see flash::merge_partials. */
+FLASH_C_API flash_status flash_merge_partials(const flash_attention_desc* desc, int64_t parts,
+                                              const void* o_parts, const float* lse_parts, void* o,
+                                              float* lse);
 
 /* Message of the last failed call on this thread ("" if none). Valid until the next
  * call on this thread. */

@@ -56,6 +56,24 @@ struct AttentionDesc {
   // add dQ partials with unordered f32 atomics (less workspace; see backends/cuda/README.md).
   // The cpu, hip and reference backends are deterministic either way.
   bool deterministic = true;
+
+  // ---- Inference: packed batches, KV caches, paged caches (forward; see README) ----
+  // Packed variable-length batches (FlashAttention's varlen): when set, q/o (resp. k/v)
+  // are [total, heads, dim] (seq and head strides honoured, batch stride unused) and
+  // sequence b owns rows cu[b] .. cu[b+1]-1; batch = number of sequences, seqlen_q /
+  // seqlen_kv = the maximum lengths. With cu_seqlens_q, lse is f32 [heads_q, total_q].
+  const int32_t* cu_seqlens_q = nullptr;   // [batch + 1], cu[0] = 0, non-decreasing
+  const int32_t* cu_seqlens_kv = nullptr;  // [batch + 1]
+  // KV cache lengths: sequence b sees keys 0 .. seqlens_kv[b]-1 of its seqlen_kv rows.
+  const int32_t* seqlens_kv = nullptr;  // [batch]
+  // Paged K/V: k and v are [num_pages, page_size, heads_kv, dim] (k_stride.batch /
+  // v_stride.batch = the page stride); key j of sequence b is row j % page_size of page
+  // block_table[b * pages_per_seq + j / page_size]; seqlen_kv <= pages_per_seq * page_size.
+  const int32_t* block_table = nullptr;  // [batch, pages_per_seq]
+  int64_t page_size = 0, pages_per_seq = 0, num_pages = 0;
+  // Masks align per sequence: diag = i + Sk_b - Sq_b with that sequence's lengths.
+  // The arrays live where q lives (device memory for GPU backends). The backward
+  // accepts cu_seqlens_q/kv; seqlens_kv and block_table are forward-only.
 };
 
 // Thrown for every bad input or unavailable backend. The message names the field
@@ -82,6 +100,18 @@ FLASH_API void attention(const AttentionDesc& desc, const void* q, const void* k
 FLASH_API void attention_backward(const AttentionDesc& desc, const void* q, const void* k,
                                   const void* v, const void* o, const void* dout, const float* lse,
                                   void* dq, void* dk, void* dv);
+
+// Combines attention of the same queries over disjoint key sets (split-KV, caches
+// merged with new tokens): lse = ln sum_i exp(lse_i), o = sum_i exp(lse_i - lse) o_i.
+// o_parts: `parts` outputs stacked, each packed the way attention() writes o for desc
+// when o_stride is packed ([batch, seqlen_q, heads_q, head_dim_v], or [total_q, heads_q,
+// head_dim_v] with cu_seqlens_q), in desc.dtype. lse_parts: f32, `parts` lse arrays in
+// desc's lse layout, stacked. o: desc.dtype with desc.o_stride; lse: optional (null).
+// Parts with lse = -inf contribute nothing; all -inf gives o = 0, lse = -inf.
+// Uses desc's sizes, dtype, o_stride, cu_seqlens_q, backend and stream; masks and k/v
+// fields are ignored.
+FLASH_API void merge_partials(const AttentionDesc& desc, int64_t parts, const void* o_parts,
+                              const float* lse_parts, void* o, float* lse);
 
 struct BackendInfo {
   Backend backend;
