@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -39,6 +40,13 @@ bool supported_head_dim(int64_t d) {
 
 bool log_enabled() {
   const char* v = std::getenv("FLASH_LOG");
+  return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
+}
+
+// FLASH_CHECK=1: copy device sequence arrays to the host and validate them before a
+// launch (synchronises; for debugging engines that build the arrays on the device).
+bool flash_check_enabled() {
+  const char* v = std::getenv("FLASH_CHECK");
   return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
 }
 
@@ -84,7 +92,10 @@ std::string fwd_config_name(const flash_problem& p) {
       name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
       break;
   }
-  return name + " " + dtype_name(p.dtype) + padding_note(p);
+  std::string sequences;
+  if (p.cu_seqlens_q || p.cu_seqlens_kv) sequences += " packed";
+  if (p.seqlens_kv) sequences += " cache-lengths";
+  return name + " " + dtype_name(p.dtype) + sequences + padding_note(p);
 }
 
 int fwd_smem_bytes(const flash_problem& p) {
@@ -191,6 +202,13 @@ class HostStaging {
   }
   bool empty() const { return entries_.empty(); }
 
+  // Registers ptr (if host memory) and points it at its device copy on commit().
+  template <class P>
+  void stage(const char* name, P*& ptr, size_t bytes, bool is_output) {
+    if (add(name, ptr, bytes, is_output) == nullptr && ptr != nullptr)
+      entries_.back().patch = [&ptr](void* device) { ptr = static_cast<P*>(device); };
+  }
+
   // Allocates (cached) and copies host -> device. Returns the device pointers in
   // registration order.
   std::vector<void*> commit() {
@@ -206,6 +224,7 @@ class HostStaging {
       check_cuda(cudaMemcpyAsync(e.device, e.host, e.bytes, cudaMemcpyHostToDevice, stream_),
                  "cudaMemcpyAsync (staging host input)");
       out.push_back(e.device);
+      if (e.patch) e.patch(e.device);
       names += names.empty() ? e.name : std::string(", ") + e.name;
     }
     if (log_enabled())
@@ -233,6 +252,7 @@ class HostStaging {
     bool is_output;
     size_t offset;
     void* device = nullptr;
+    std::function<void(void*)> patch;  // set by stage()
   };
   cudaStream_t stream_;
   std::vector<Entry> entries_;
@@ -314,6 +334,53 @@ void fill_shape(FwdParams& f, const flash_problem& p) {
   f.scale = p.scale;
   f.softcap = p.softcap;
   f.mask = make_mask(p);
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_kv = p.cu_seqlens_kv;
+  f.seqlens_kv = p.seqlens_kv;
+  f.num_seqs = static_cast<int>(p.batch);
+}
+
+// [batch, rows] extents of q/o and k/v (packed rows [1, total] with cu_seqlens; a total
+// is known here only for host arrays, which is when staging needs it) and lse entries.
+struct Extents {
+  int64_t q_batch, q_rows, kv_batch, kv_rows, lse_count;
+};
+Extents extents(const flash_problem& p) {
+  Extents e{p.batch, p.seqlen_q, p.batch, p.seqlen_kv, p.batch * p.heads_q * p.seqlen_q};
+  if (p.cu_seqlens_q) {
+    e.q_batch = 1;
+    e.q_rows = std::max<int64_t>(p.total_q, 1);
+    e.lse_count = p.heads_q * std::max<int64_t>(p.total_q, 0);
+  }
+  if (p.cu_seqlens_kv) {
+    e.kv_batch = 1;
+    e.kv_rows = std::max<int64_t>(p.total_kv, 1);
+  }
+  return e;
+}
+
+// Host arrays travel with the host tensors (the staging path); device arrays stay. With
+// FLASH_CHECK=1 device arrays are copied back and validated first (this synchronises).
+void stage_sequence_arrays(HostStaging& staging, FwdParams& f, const flash_problem& p) {
+  const size_t seqs = static_cast<size_t>(p.batch);
+  staging.stage("cu_seqlens_q", f.cu_seqlens_q, sizeof(int) * (seqs + 1), false);
+  staging.stage("cu_seqlens_kv", f.cu_seqlens_kv, sizeof(int) * (seqs + 1), false);
+  staging.stage("seqlens_kv", f.seqlens_kv, sizeof(int) * seqs, false);
+  if (!flash_check_enabled() || !flash::detail::has_sequence_arrays(p)) return;
+  const auto host_copy = [&](const int32_t* dev, size_t count, std::vector<int32_t>& out) {
+    if (!dev || !is_device_pointer(dev)) return dev;
+    out.resize(count);
+    check_cuda(cudaMemcpy(out.data(), dev, count * sizeof(int32_t), cudaMemcpyDeviceToHost),
+               "FLASH_CHECK: copying the sequence arrays to the host");
+    return static_cast<const int32_t*>(out.data());
+  };
+  std::vector<int32_t> cq, ckv, lens, table;
+  flash::detail::SequenceArrays a;
+  a.cu_seqlens_q = host_copy(p.cu_seqlens_q, seqs + 1, cq);
+  a.cu_seqlens_kv = host_copy(p.cu_seqlens_kv, seqs + 1, ckv);
+  a.seqlens_kv = host_copy(p.seqlens_kv, seqs, lens);
+  a.block_table = host_copy(p.block_table, seqs * static_cast<size_t>(p.pages_per_seq), table);
+  flash::detail::check_sequence_arrays(p, a);
 }
 
 struct CudaBackend {
@@ -348,9 +415,12 @@ struct CudaBackend {
       return Choice::decline("cuda backend: unknown dtype " + std::to_string(p.dtype));
     if (direction == FLASH_MERGE)
       return Choice::decline("cuda backend: merge_partials is not implemented yet");
-    if (flash::detail::has_sequence_arrays(p))
+    // Packed batches and cache lengths run on the forward kernels (sequence.cuh).
+    if (p.block_table)
+      return Choice::decline("cuda backend: paged caches (block_table) are not implemented yet");
+    if (direction == FLASH_BACKWARD && flash::detail::has_sequence_arrays(p))
       return Choice::decline(
-          "cuda backend: packed batches, cache lengths and paged caches are not implemented yet");
+          "cuda backend: the backward over packed batches is not implemented yet");
     if (!supported_head_dim(p.head_dim))
       return Choice::decline("cuda backend: head_dim = " + std::to_string(p.head_dim) +
                              " is not supported (allowed: " + kHeadDimRule + ")");
@@ -400,33 +470,27 @@ struct CudaBackend {
 
     HostStaging staging(stream);
     FwdParams f{};
-    f.q = staging.add(
-        "q", q, eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim), false);
-    f.k = staging.add(
-        "k", k, eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim), false);
-    f.v = staging.add("v", v,
-                      eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v),
-                      false);
-    f.o = staging.add(
-        "o", o, eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v), true);
-    f.lse = staging.add("lse", p.lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, true);
-    if (!staging.empty()) {
-      void* slots[5] = {const_cast<void*>(f.q), const_cast<void*>(f.k), const_cast<void*>(f.v), f.o,
-                        f.lse};
-      // add() returns null for a staged tensor, and also passes through the null pointer
-      // of an empty tensor (seqlen_kv = 0): only the former takes a staged slot.
-      const bool staged[5] = {q && !f.q, k && !f.k, v && !f.v, o && !f.o, p.lse && !f.lse};
-      std::vector<void*> dev = staging.commit();
-      size_t i = 0;
-      for (int s = 0; s < 5; ++s)
-        if (staged[s]) slots[s] = dev[i++];
-      f.q = slots[0];
-      f.k = slots[1];
-      f.v = slots[2];
-      f.o = slots[3];
-      f.lse = static_cast<float*>(slots[4]);
-    }
     fill_shape(f, p);
+    f.q = q;
+    f.k = k;
+    f.v = v;
+    f.o = o;
+    f.lse = p.lse;
+    const Extents e = extents(p);
+    staging.stage("q", f.q,
+                  eb * extent_elems(p.q_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim), false);
+    staging.stage("k", f.k,
+                  eb * extent_elems(p.k_stride, e.kv_batch, e.kv_rows, p.heads_kv, p.head_dim),
+                  false);
+    staging.stage("v", f.v,
+                  eb * extent_elems(p.v_stride, e.kv_batch, e.kv_rows, p.heads_kv, p.head_dim_v),
+                  false);
+    staging.stage("o", f.o,
+                  eb * extent_elems(p.o_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim_v),
+                  true);
+    staging.stage("lse", f.lse, sizeof(float) * e.lse_count, true);
+    stage_sequence_arrays(staging, f, p);
+    staging.commit();
     const int batch = static_cast<int>(p.batch);
     const int dim = tile_dim(p);
     switch (p.dtype) {

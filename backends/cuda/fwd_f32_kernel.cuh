@@ -19,6 +19,7 @@
 #include "device_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
+#include "sequence.cuh"
 #include "tile_configs.hpp"
 
 namespace flash::cuda {
@@ -54,17 +55,20 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
   const int head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + p.batch_offset;
   const int kv_head = head / p.group;
-  const int sq = p.mask.seqlen_q, skv = p.mask.seqlen_kv;
-  const float* q = static_cast<const float*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[2];
-  const float* k = static_cast<const float*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[2];
-  const float* v = static_cast<const float*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[2];
-  float* o = static_cast<float*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2];
+  const SequenceRows seq = sequence_rows(p, batch, head);
+  const MaskParams& mask = seq.mask;  // this sequence's lengths (packed batches, caches)
+  const int sq = mask.seqlen_q, skv = mask.seqlen_kv;
+  const float* q = static_cast<const float*>(p.q) + seq.q + head * p.q_stride[2];
+  const float* k = static_cast<const float*>(p.k) + seq.k + kv_head * p.k_stride[2];
+  const float* v = static_cast<const float*>(p.v) + seq.v + kv_head * p.v_stride[2];
+  float* o = static_cast<float*>(p.o) + seq.o + head * p.o_stride[2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.x * C::kBlockQ;
+  if (q0 >= sq) return;  // a packed sequence shorter than the launch's longest: whole block
   const int q_last = min(q0 + C::kBlockQ, sq) - 1;
   const int row0 = q0 + warp * R;  // this warp's first row
-  const KeyRange keys = visible_keys(p.mask, q0, q_last);
+  const KeyRange keys = visible_keys(mask, q0, q_last);
   const bool use_softcap = p.softcap > 0.f;
   const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
   // Scores stay raw (capped under softcap) and p = exp((x - max)·emult): the difference
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float x = use_softcap ? p.softcap * tanhf(s[r] * cap_in) : s[r];
-      if (!key_visible(p.mask, row0 + r, key)) x = -INFINITY;
+      if (!key_visible(mask, row0 + r, key)) x = -INFINITY;
       float mx = x;
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
     // On tiles that straddle the mask, a key a row does not see is skipped, not
     // multiplied by p = 0: a NaN or inf in its v must not reach the row (0·NaN = NaN).
     // The condition is uniform over the warp (one row, all lanes), so nothing diverges.
-    const bool masked = !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1);
+    const bool masked = !tile_fully_visible(mask, q0, q_last, k0, k0 + BK - 1);
 #pragma unroll 8
     for (int j = 0; j < BK; ++j) {
       float vj[CT];
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float pj = __shfl_sync(0xffffffffu, pr[r], j);
-        if (masked && !key_visible(p.mask, row0 + r, k0 + j)) continue;
+        if (masked && !key_visible(mask, row0 + r, k0 + j)) continue;
 #pragma unroll
         for (int t = 0; t < CT; ++t) acc[r][t] = fmaf(pj, vj[t], acc[r][t]);
       }
@@ -159,8 +163,7 @@ __global__ void __launch_bounds__(FwdF32Config::kWarps * 32) fwd_f32_kernel(cons
     for (int t = 0; t < CT; ++t)
       if (lane + 32 * t < p.head_dim_v) orow[lane + 32 * t] = acc[r][t] * inv;
     if (p.lse != nullptr && lane == 0)
-      p.lse[(batch * p.heads_q + head) * sq + row] =
-          l == 0.f ? -INFINITY : fmaf(row_max[r], emult, logf(l));
+      p.lse[seq.lse + row] = l == 0.f ? -INFINITY : fmaf(row_max[r], emult, logf(l));
   }
 }
 

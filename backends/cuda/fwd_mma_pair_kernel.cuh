@@ -28,6 +28,7 @@
 #include "fwd_tile_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
+#include "sequence.cuh"
 #include "tile_configs.hpp"
 
 namespace flash::cuda {
@@ -68,18 +69,21 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
   const int head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + p.batch_offset;
   const int kv_head = head / p.group;
-  const int sq = p.mask.seqlen_q, skv = p.mask.seqlen_kv;
-  const T* q = static_cast<const T*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[2];
-  const T* k = static_cast<const T*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[2];
-  const T* v = static_cast<const T*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[2];
-  T* o = static_cast<T*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2];
+  const SequenceRows seq = sequence_rows(p, batch, head);
+  const MaskParams& mask = seq.mask;  // this sequence's lengths (packed batches, caches)
+  const int sq = mask.seqlen_q, skv = mask.seqlen_kv;
+  const T* q = static_cast<const T*>(p.q) + seq.q + head * p.q_stride[2];
+  const T* k = static_cast<const T*>(p.k) + seq.k + kv_head * p.k_stride[2];
+  const T* v = static_cast<const T*>(p.v) + seq.v + kv_head * p.v_stride[2];
+  T* o = static_cast<T*>(p.o) + seq.o + head * p.o_stride[2];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, tig = lane % 4;
   const int pair = warp / 2, half = warp % 2, partner = warp ^ 1;
   const int q0 = qblock * BQ;
+  if (q0 >= sq) return;  // a packed sequence shorter than the launch's longest: whole block
   const int q_last = min(q0 + BQ, sq) - 1;
-  const KeyRange keys = visible_keys(p.mask, q0, q_last);
+  const KeyRange keys = visible_keys(mask, q0, q_last);
   const int tile_begin = keys.begin / BK;
   const int tile_end = keys.end > keys.begin ? (keys.end + BK - 1) / BK : tile_begin;
   const int pair_row0 = pair * PR;
@@ -151,8 +155,8 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
     }
 
     // ---- softcap, mask --------------------------------------------------------------
-    const bool masked = !tile_fully_visible(p.mask, q0, q_last, k0, k0 + BK - 1);
-    softcap_and_mask(s, p, use_softcap, cap_in, masked, q0 + pair_row0 + g,
+    const bool masked = !tile_fully_visible(mask, q0, q_last, k0, k0 + BK - 1);
+    softcap_and_mask(s, p.softcap, mask, use_softcap, cap_in, masked, q0 + pair_row0 + g,
                      k0 + half * (BK / 2) + tig * 2);
 
     // ---- row max over both halves (exchange), then P and partial row sums ------------
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
           return reg == 0 ? t.x : reg == 1 ? t.y : reg == 2 ? t.z : t.w;
         };
         pv_visible_keys_only<T, MT, KTH, OT, kChunks>(acc_o, frag, sV, key_half * (BK / 2),
-                                                      half * (D / 16), p.mask, q0 + pair_row0 + g,
+                                                      half * (D / 16), mask, q0 + pair_row0 + g,
                                                       k0 + key_half * (BK / 2));
       }
       continue;
@@ -306,7 +310,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
       }
       const int row = q0 + r;
       if (p.lse != nullptr && half == 0 && tig == 0 && row < sq) {
-        p.lse[(batch * p.heads_q + head) * sq + row] = row_lse(row_max[mt][h], l, mult);
+        p.lse[seq.lse + row] = row_lse(row_max[mt][h], l, mult);
       }
     }
   }

@@ -34,7 +34,13 @@ struct FwdParams {
   int batch_offset;  // first batch of this launch (grids hold at most 65535)
   float scale;       // softmax scale
   float softcap;     // 0 = off
-  MaskParams mask;
+  MaskParams mask;   // lengths are the maxima; sequence.cuh narrows them per sequence
+  // Packed batches (FlashAttention's varlen) and cache lengths: device arrays, null when
+  // unused (see sequence.cuh). num_seqs = batch, so total_q = cu_seqlens_q[num_seqs].
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_kv;
+  const int* seqlens_kv;
+  int num_seqs;
 };
 
 // Backward: dq/dk/dv use q/k/v strides, dout uses o_stride.
