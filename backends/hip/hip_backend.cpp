@@ -125,8 +125,14 @@ struct Plan {
 Choice decide(const flash_problem& p, int direction, Plan* plan) {
   const Device dev = current_device();
   if (!dev.ok) return Choice::decline(dev.reason);
-  if (direction == FLASH_MERGE)
-    return Choice::decline("hip backend: merge_partials is not implemented yet");
+  if (direction == FLASH_MERGE) {
+    if (p.batch * p.seqlen_q > kMaxBlocks)
+      return Choice::decline(
+          "merge_partials: batch * seqlen_q = " + std::to_string(p.batch * p.seqlen_q) +
+          " rows > " + std::to_string(kMaxBlocks) + " (one block per row)");
+    return Choice::run(std::string("portable_merge ") + dtype_name(p.dtype) + " on " +
+                       dev.info.name);
+  }
   if (const char* feature = p.block_table     ? "paged caches (block_table)"
                             : p.seqlens_kv    ? "cache lengths (seqlens_kv)"
                             : p.cu_seqlens_q  ? "packed batches (cu_seqlens_q)"
@@ -345,9 +351,38 @@ struct HipBackend {
     st.finish();
   }
 
-  static void merge(const flash_problem& p, int64_t, const void*, const float*, void*, float*) {
+  static void merge(const flash_problem& p, int64_t parts, const void* o_parts,
+                    const float* lse_parts, void* o, float* lse) {
     const Choice c = decide(p, FLASH_MERGE, nullptr);
-    throw Error("hip backend cannot merge: " + c.reason, Error::Kind::unsupported);
+    if (!c.ok) throw Error("hip backend cannot merge: " + c.reason, Error::Kind::unsupported);
+    gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
+    const size_t eb = dtype_bytes(p.dtype);
+    // Packed rows: total_q is known exactly when cu_seqlens_q is host memory (the only
+    // case that stages); device arrays keep every pointer in place.
+    const bool packed = p.cu_seqlens_q != nullptr;
+    const int64_t rows = packed ? std::max<int64_t>(p.total_q, 0) : p.batch * p.seqlen_q;
+    const size_t part_elems = static_cast<size_t>(rows * p.heads_q * p.head_dim_v);
+    Staging st(stream);
+    MergeArgs a{};
+    a.o_parts = st.on_device(o_parts, eb * part_elems * static_cast<size_t>(parts), false);
+    a.lse_parts = st.on_device(
+        lse_parts, sizeof(float) * static_cast<size_t>(rows * p.heads_q * parts), false);
+    a.o = st.on_device(o,
+                       eb * span_elems(p.o_stride, packed ? 1 : p.batch, packed ? rows : p.seqlen_q,
+                                       p.heads_q, p.head_dim_v),
+                       true);
+    a.lse = st.on_device(lse, sizeof(float) * static_cast<size_t>(rows * p.heads_q), true);
+    MergeProblem m{};
+    m.batch = p.batch;
+    m.seqlen_q = p.seqlen_q;
+    m.heads_q = p.heads_q;
+    m.head_dim_v = p.head_dim_v;
+    m.parts = parts;
+    for (int i = 0; i < 3; ++i) m.o_stride[i] = p.o_stride[i];
+    m.cu_seqlens_q =
+        st.on_device(p.cu_seqlens_q, sizeof(int32_t) * static_cast<size_t>(p.batch + 1), false);
+    check(launch_portable_merge(m, p.dtype, a, stream), "merge kernel launch");
+    st.finish();
   }
 };
 

@@ -36,6 +36,23 @@ gpu::Error launch_portable_forward(const KernelProblem& p, int dtype, const Forw
 gpu::Error launch_portable_backward(const KernelProblem& p, int dtype, const BackwardArgs& a,
                                     gpu::Stream stream);
 
+// merge_partials: sizes of desc, o strides, parts; cu_seqlens_q (device) may be null.
+struct MergeProblem {
+  int64_t batch, seqlen_q, heads_q, head_dim_v, parts;
+  int64_t o_stride[3];
+  const int32_t* cu_seqlens_q;
+};
+
+struct MergeArgs {
+  const void* o_parts;
+  const float* lse_parts;
+  void* o;
+  float* lse;  // may be null
+};
+
+gpu::Error launch_portable_merge(const MergeProblem& p, int dtype, const MergeArgs& a,
+                                 gpu::Stream stream);
+
 #if FLASHATTN_HIP_MFMA
 // CDNA path (MFMA 32x32x8, wave64): f16 / bf16, head dims up to kMfmaMaxHeadDim
 // (mfma_tiles.h). Compiled only by hipcc for gfx90a / gfx908.
