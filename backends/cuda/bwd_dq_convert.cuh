@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(DqConvertShape<kDim>::kThreads)
   const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kPerRow;
   const int col = (threadIdx.x % kPerRow) * 4;
-  if (row >= f.mask.seqlen_q || col >= f.head_dim) return;
+  const SequenceRows seq = sequence_rows(f, batch, head);
+  if (row >= seq.mask.seqlen_q || col >= f.head_dim) return;  // this sequence's rows
   const float* acc =
       p.dq_accum + ((batch * f.heads_q + head) * rows_pad + row) * p.dq_row_floats + col;
   float4 sum = *reinterpret_cast<const float4*>(acc);
@@ -40,8 +41,7 @@ __global__ void __launch_bounds__(DqConvertShape<kDim>::kThreads)
     sum.z += a.z;
     sum.w += a.w;
   }
-  T* dq = static_cast<T*>(p.dq) + batch * f.q_stride[0] + (int64_t)row * f.q_stride[1] +
-          head * f.q_stride[2] + col;
+  T* dq = static_cast<T*>(p.dq) + seq.q + (int64_t)row * f.q_stride[1] + head * f.q_stride[2] + col;
   // head_dim is a multiple of 8 and strides of 16 bytes: 4 elements stay in bounds/aligned.
   *reinterpret_cast<uint2*>(dq) = make_uint2(pack2<T>(sum.x * f.scale, sum.y * f.scale),
                                              pack2<T>(sum.z * f.scale, sum.w * f.scale));

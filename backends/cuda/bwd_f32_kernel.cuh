@@ -69,17 +69,19 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   const int head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
   const int kv_head = head / f.group;
-  const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  const float* q = static_cast<const float*>(f.q) + batch * f.q_stride[0] + head * f.q_stride[2];
-  const float* dout =
-      static_cast<const float*>(p.dout) + batch * f.o_stride[0] + head * f.o_stride[2];
-  const float* k = static_cast<const float*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  const float* v = static_cast<const float*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const SequenceRows seq = sequence_rows(f, batch, head);
+  const MaskParams& mask = seq.mask;  // this sequence's lengths (packed batches)
+  const int sq = mask.seqlen_q, skv = mask.seqlen_kv;
+  const float* q = static_cast<const float*>(f.q) + seq.q + head * f.q_stride[2];
+  const float* dout = static_cast<const float*>(p.dout) + seq.o + head * f.o_stride[2];
+  const float* k = static_cast<const float*>(f.k) + seq.k + kv_head * f.k_stride[2];
+  const float* v = static_cast<const float*>(f.v) + seq.v + kv_head * f.v_stride[2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.x * C::kBlockRows;
+  if (q0 >= sq) return;  // a packed sequence shorter than the longest: whole block
   const int row0 = q0 + warp * R;
-  const KeyRange keys = visible_keys(f.mask, q0, min(q0 + C::kBlockRows, sq) - 1);
+  const KeyRange keys = visible_keys(mask, q0, min(q0 + C::kBlockRows, sq) - 1);
   const ScoreGrad grad(f.scale, f.softcap, 1.f);
 
   load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sQ, q, f.q_stride[1], q0, sq, f.head_dim);
@@ -107,12 +109,12 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       grad.template operator()<true>(s[r], dp[r], lse_r[r], delta_r[r], ds[r]);
-      if (!key_visible(f.mask, row0 + r, k0 + lane)) ds[r] = 0.f;
+      if (!key_visible(mask, row0 + r, k0 + lane)) ds[r] = 0.f;
     }
     // On tiles that straddle the mask a key the row does not see is skipped, not
     // multiplied by dS = 0: a NaN or inf in its k must not reach the row's dq (0·NaN).
     // Uniform over the warp (one row, all lanes).
-    const bool masked = !tile_fully_visible(f.mask, row0, row0 + R - 1, k0, k0 + BK - 1);
+    const bool masked = !tile_fully_visible(mask, row0, row0 + R - 1, k0, k0 + BK - 1);
 #pragma unroll 8
     for (int j = 0; j < BK; ++j) {
       float kj[CT];
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float dsj = __shfl_sync(0xffffffffu, ds[r], j);
-        if (masked && !key_visible(f.mask, row0 + r, k0 + j)) continue;
+        if (masked && !key_visible(mask, row0 + r, k0 + j)) continue;
 #pragma unroll
         for (int t = 0; t < CT; ++t) acc[r][t] = fmaf(dsj, kj[t], acc[r][t]);
       }
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   }
   cp_async_wait<0>();  // rows that see no key never waited for their Q/dO copies
 
-  float* dq = static_cast<float*>(p.dq) + batch * f.q_stride[0] + head * f.q_stride[2];
+  float* dq = static_cast<float*>(p.dq) + seq.q + head * f.q_stride[2];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (row0 + r >= sq) continue;
@@ -156,14 +158,17 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   const FwdParams& f = p.f;
   const int kv_head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + f.batch_offset;
-  const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  const float* k = static_cast<const float*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  const float* v = static_cast<const float*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  const SequenceRows seq = sequence_rows(f, batch, 0);
+  const MaskParams& mask = seq.mask;  // this sequence's lengths (packed batches)
+  const int sq = mask.seqlen_q, skv = mask.seqlen_kv;
+  const float* k = static_cast<const float*>(f.k) + seq.k + kv_head * f.k_stride[2];
+  const float* v = static_cast<const float*>(f.v) + seq.v + kv_head * f.v_stride[2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.x * C::kBlockRows;
+  if (k0 >= skv) return;           // a packed sequence shorter than the longest: whole block
   const int key0 = k0 + warp * R;  // this warp's first key row
-  const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + C::kBlockRows, skv) - 1);
+  const RowRange rows = bwd_visible_rows(mask, k0, min(k0 + C::kBlockRows, skv) - 1);
   const ScoreGrad grad(f.scale, f.softcap, 1.f);
 
   load_f32_tile<C::kBlockRows, kDim, RF, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
@@ -177,9 +182,8 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
 
   for (int i = 0; i < f.group; ++i) {
     const int head = kv_head * f.group + i;
-    const float* q = static_cast<const float*>(f.q) + batch * f.q_stride[0] + head * f.q_stride[2];
-    const float* dout =
-        static_cast<const float*>(p.dout) + batch * f.o_stride[0] + head * f.o_stride[2];
+    const float* q = static_cast<const float*>(f.q) + seq.q + head * f.q_stride[2];
+    const float* dout = static_cast<const float*>(p.dout) + seq.o + head * f.o_stride[2];
     const int64_t row_base = (batch * f.heads_q + head) * rows_pad;
     for (int q0 = rows.begin - rows.begin % BQ; q0 < rows.end; q0 += BQ) {
       __syncthreads();  // everyone is done with the previous Q/dO tile
@@ -195,7 +199,7 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         pr[r] = grad.template operator()<true>(s[r], dp[r], lse_q, delta_q, ds[r]);
-        if (!key_visible(f.mask, q0 + lane, key0 + r)) pr[r] = ds[r] = 0.f;
+        if (!key_visible(mask, q0 + lane, key0 + r)) pr[r] = ds[r] = 0.f;
       }
 #pragma unroll 4
       for (int j = 0; j < BQ; ++j) {
@@ -220,8 +224,8 @@ __global__ void __launch_bounds__(BwdSimtConfig::kWarps * 32)
   }
   cp_async_wait<0>();  // keys that no row sees never waited for their K/V copies
 
-  float* dk = static_cast<float*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-  float* dv = static_cast<float*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+  float* dk = static_cast<float*>(p.dk) + seq.k + kv_head * f.k_stride[2];
+  float* dv = static_cast<float*>(p.dv) + seq.v + kv_head * f.v_stride[2];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int row = key0 + r;

@@ -195,10 +195,11 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 
   const FwdParams& f = p.f;
   const int group = f.group;
-  const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
-  const int num_kv_blocks = (skv + BK - 1) / BK;
   const int splits = p.dq_splits;
   const BwdBlock<T> blk(p);
+  const MaskParams& mask = blk.mask;  // this sequence (packed batches, sequence.cuh)
+  const int sq = mask.seqlen_q, skv = mask.seqlen_kv;
+  const int num_kv_blocks = (skv + BK - 1) / BK;
   const int split = blk.split, kv_head = blk.kv_head;
   const int64_t batch = blk.batch;
   const T *k = blk.k, *v = blk.v, *q_batch = blk.q_batch, *do_batch = blk.do_batch;
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
     const int k0 = kv_block * BK;
     const int kw0 = k0 + warp * 16 * MT;  // this warp's first key row
 
-    const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
+    const RowRange rows = bwd_visible_rows(mask, k0, min(k0 + BK, skv) - 1);
     const int qt_begin = rows.begin / BQ;
     const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
     const int steps = tiles_per_head * group;
@@ -293,7 +294,7 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
 
       // A warp whose keys no row of this tile sees skips the tile (causal diagonal); its
       // rows of the dSᵀ tile are zero.
-      const RowRange wrows = bwd_visible_rows(f.mask, kw0, kw0 + 16 * MT - 1);
+      const RowRange wrows = bwd_visible_rows(mask, kw0, kw0 + 16 * MT - 1);
       const bool active = wrows.end > q0 && wrows.begin < q0 + BQ && wrows.end > wrows.begin;
       if (!active) {
         if constexpr (kDoDq) write_ds_tile<T, MT, KS, BQ>(ds_tile, warp, lane, nullptr);
@@ -358,14 +359,14 @@ __global__ void __launch_bounds__(BwdKvDerived<C>::kThreads, C::kMinBlocks)
                 if constexpr (decltype(masked)::value) {
                   const int row = q0 + nt * 8 + tig * 2 + (e & 1);
                   const int key = kw0 + mt * 16 + g + (e >= 2 ? 8 : 0);
-                  if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+                  if (!key_visible(mask, row, key)) pv = ds = 0.f;
                 }
                 s[mt][nt][e] = pv;
                 dp[mt][nt][e] = ds;
               }
           }
         };
-        if (tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 16 * MT - 1))
+        if (tile_fully_visible(mask, q0, q0 + BQ - 1, kw0, kw0 + 16 * MT - 1))
           grads(std::false_type{});
         else
           grads(std::true_type{});

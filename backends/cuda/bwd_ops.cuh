@@ -14,6 +14,7 @@
 #include "device_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
+#include "sequence.cuh"
 
 namespace flash::cuda {
 
@@ -125,6 +126,7 @@ template <class T>
 struct BwdBlock {
   int split, kv_head;
   int64_t batch;
+  MaskParams mask;    // this sequence's lengths (packed batches: sequence.cuh)
   const T* k;         // this kv head's K rows
   const T* v;         // V rows
   const T* q_batch;   // this batch's Q (all heads)
@@ -138,12 +140,14 @@ struct BwdBlock {
     split = p.grid_kv_fastest ? blockIdx.x % p.dq_splits : blockIdx.x / bh_count;
     kv_head = bh % p.heads_kv;
     batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
-    k = static_cast<const T*>(f.k) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-    v = static_cast<const T*>(f.v) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
-    q_batch = static_cast<const T*>(f.q) + batch * f.q_stride[0];
-    do_batch = static_cast<const T*>(p.dout) + batch * f.o_stride[0];
-    dk = static_cast<T*>(p.dk) + batch * f.k_stride[0] + kv_head * f.k_stride[2];
-    dv = static_cast<T*>(p.dv) + batch * f.v_stride[0] + kv_head * f.v_stride[2];
+    const SequenceRows seq = sequence_rows(f, batch, 0);
+    mask = seq.mask;
+    k = static_cast<const T*>(f.k) + seq.k + kv_head * f.k_stride[2];
+    v = static_cast<const T*>(f.v) + seq.v + kv_head * f.v_stride[2];
+    q_batch = static_cast<const T*>(f.q) + seq.q;
+    do_batch = static_cast<const T*>(p.dout) + seq.o;
+    dk = static_cast<T*>(p.dk) + seq.k + kv_head * f.k_stride[2];
+    dv = static_cast<T*>(p.dv) + seq.v + kv_head * f.v_stride[2];
   }
 };
 

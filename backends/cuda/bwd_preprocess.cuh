@@ -23,15 +23,15 @@ __global__ void __launch_bounds__(kPreThreads)
   constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte chunk
   const int head = blockIdx.y;
   const int64_t batch = (int64_t)blockIdx.z + p.f.batch_offset;
-  const int sq = p.f.mask.seqlen_q;
+  const SequenceRows seq = sequence_rows(p.f, batch, head);
+  const int sq = seq.mask.seqlen_q;  // this sequence's rows (packed batches)
   const int row = blockIdx.x * kPreRowsPerBlock + threadIdx.x / kPreLanesPerRow;
   const int sub = threadIdx.x % kPreLanesPerRow;
   // The grid covers rows_pad exactly (a multiple of kPreRowsPerBlock): no early exit,
   // every lane takes part in the shuffles.
   float acc = 0.f;
   if (row < sq) {
-    const int64_t off =
-        batch * p.f.o_stride[0] + (int64_t)row * p.f.o_stride[1] + head * p.f.o_stride[2];
+    const int64_t off = seq.o + (int64_t)row * p.f.o_stride[1] + head * p.f.o_stride[2];
     const T* o = static_cast<const T*>(p.f.o) + off;
     const T* dout = static_cast<const T*>(p.dout) + off;
     for (int c = sub * kVec; c < p.f.head_dim_v; c += kPreLanesPerRow * kVec) {
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kPreThreads)
     const int64_t out = (batch * p.f.heads_q + head) * rows_pad + row;
     float l = INFINITY;
     if (row < sq) {
-      const float lse = p.f.lse[(batch * p.f.heads_q + head) * sq + row];
+      const float lse = p.f.lse[seq.lse + row];
       l = lse == -INFINITY ? INFINITY : lse * log_scale;
     }
     lse_out[out] = l;

@@ -119,10 +119,11 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
 
   const FwdParams& f = p.f;
   const int group = f.group;
-  const int sq = f.mask.seqlen_q, skv = f.mask.seqlen_kv;
   // One key block per block: bwd_dq_plan gives this kernel as many splits as key blocks
   // and one dQ slice.
   const BwdBlock<T> blk(p);
+  const MaskParams& mask = blk.mask;  // this sequence (packed batches, sequence.cuh)
+  const int sq = mask.seqlen_q, skv = mask.seqlen_kv;
   const int kv_block = blk.split, kv_head = blk.kv_head;
   const int64_t batch = blk.batch;
   const T *k = blk.k, *v = blk.v, *q_batch = blk.q_batch, *do_batch = blk.do_batch;
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   const int k0 = kv_block * BK;
   const int kw0 = k0 + warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
 
-  const RowRange rows = bwd_visible_rows(f.mask, k0, min(k0 + BK, skv) - 1);
+  const RowRange rows = bwd_visible_rows(mask, k0, min(k0 + BK, skv) - 1);
   const int qt_begin = rows.begin / BQ;
   const int tiles_per_head = rows.end > rows.begin ? (rows.end + BQ - 1) / BQ - qt_begin : 0;
   const int steps = tiles_per_head * group;
@@ -307,14 +308,14 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
           if constexpr (decltype(masked)::value) {
             const int row = q0 + j * 8 + tig * 2 + (e & 1);
             const int key = kw0 + g + (e >= 2 ? 8 : 0);
-            if (!key_visible(f.mask, row, key)) pv = ds = 0.f;
+            if (!key_visible(mask, row, key)) pv = ds = 0.f;
           }
           p_out[4 * j + e] = pv;
           ds_out[4 * j + e] = ds;
         }
       }
     };
-    if (tile_fully_visible(f.mask, q0, q0 + BQ - 1, kw0, kw0 + 15))
+    if (tile_fully_visible(mask, q0, q0 + BQ - 1, kw0, kw0 + 15))
       grads(std::false_type{});
     else
       grads(std::true_type{});
@@ -364,7 +365,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     pending_stage = dq_st;
     if (p.dq_ordered && tid == 0) {
       const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
-      const KeyRange keys = visible_keys(f.mask, q0, min(q0 + BQ, sq) - 1);
+      const KeyRange keys = visible_keys(mask, q0, min(q0 + BQ, sq) - 1);
       pending_counter = p.dq_counters + tile;
       pending_rank = (unsigned)(rotate ? rotated_rank(t.pos) : kv_block - keys.begin / BK);
       pending_seen = load_counter(pending_counter);

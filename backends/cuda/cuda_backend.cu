@@ -418,9 +418,7 @@ struct CudaBackend {
     // Packed batches and cache lengths run on the forward kernels (sequence.cuh).
     if (p.block_table)
       return Choice::decline("cuda backend: paged caches (block_table) are not implemented yet");
-    if (direction == FLASH_BACKWARD && flash::detail::has_sequence_arrays(p))
-      return Choice::decline(
-          "cuda backend: the backward over packed batches is not implemented yet");
+
     if (!supported_head_dim(p.head_dim))
       return Choice::decline("cuda backend: head_dim = " + std::to_string(p.head_dim) +
                              " is not supported (allowed: " + kHeadDimRule + ")");
@@ -440,8 +438,9 @@ struct CudaBackend {
       const DeviceInfo d = current_device();
       const bool wgmma = bwd_wgmma_usable(is_f32, dim, d.major, d.minor);
       const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
-      const std::string name =
-          bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) + padding_note(p);
+      const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) +
+                               (p.cu_seqlens_q || p.cu_seqlens_kv ? " packed" : "") +
+                               padding_note(p);
       if (smem > d.smem_optin)
         return Choice::decline("cuda backend: backward tile config " + name + " needs " +
                                std::to_string(smem) + " bytes of shared memory, device " + d.name +
@@ -527,46 +526,40 @@ struct CudaBackend {
     check_aligned("dv (v strides)", dv, p.v_stride, eb);
     auto stream = static_cast<cudaStream_t>(p.stream);
 
+    const Extents e = extents(p);
     const size_t q_bytes =
-        eb * extent_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+        eb * extent_elems(p.q_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim);
     const size_t k_bytes =
-        eb * extent_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
+        eb * extent_elems(p.k_stride, e.kv_batch, e.kv_rows, p.heads_kv, p.head_dim);
     const size_t v_bytes =
-        eb * extent_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+        eb * extent_elems(p.v_stride, e.kv_batch, e.kv_rows, p.heads_kv, p.head_dim_v);
     const size_t o_bytes =
-        eb * extent_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
-    const size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seqlen_q;
+        eb * extent_elems(p.o_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim_v);
     // Host tensors travel through the staging buffer (inputs in; outputs in and back).
-    const void* ptrs[9] = {q, k, v, o, dout, lse, dq, dk, dv};
-    const size_t bytes[9] = {q_bytes,   k_bytes, v_bytes, o_bytes, o_bytes,
-                             lse_bytes, q_bytes, k_bytes, v_bytes};
-    static const char* names[9] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"};
-    HostStaging staging(stream);
-    void* dev[9];
-    bool staged[9];
-    for (int i = 0; i < 9; ++i) {
-      dev[i] = const_cast<void*>(staging.add(names[i], ptrs[i], bytes[i], i >= 6));
-      staged[i] = ptrs[i] != nullptr && dev[i] == nullptr;  // null: empty tensor, not staged
-    }
-    if (!staging.empty()) {
-      std::vector<void*> got = staging.commit();
-      size_t j = 0;
-      for (int i = 0; i < 9; ++i)
-        if (staged[i]) dev[i] = got[j++];
-    }
-
     BwdParams b{};
     FwdParams& f = b.f;
-    f.q = dev[0];
-    f.k = dev[1];
-    f.v = dev[2];
-    f.o = dev[3];
-    f.lse = static_cast<float*>(dev[5]);
-    b.dout = dev[4];
-    b.dq = dev[6];
-    b.dk = dev[7];
-    b.dv = dev[8];
     fill_shape(f, p);
+    f.q = q;
+    f.k = k;
+    f.v = v;
+    f.o = const_cast<void*>(o);  // read only by the backward
+    f.lse = const_cast<float*>(lse);
+    b.dout = dout;
+    b.dq = dq;
+    b.dk = dk;
+    b.dv = dv;
+    HostStaging staging(stream);
+    staging.stage("q", f.q, q_bytes, false);
+    staging.stage("k", f.k, k_bytes, false);
+    staging.stage("v", f.v, v_bytes, false);
+    staging.stage("o", f.o, o_bytes, false);
+    staging.stage("dout", b.dout, o_bytes, false);
+    staging.stage("lse", f.lse, sizeof(float) * e.lse_count, false);
+    staging.stage("dq", b.dq, q_bytes, true);
+    staging.stage("dk", b.dk, k_bytes, true);
+    staging.stage("dv", b.dv, v_bytes, true);
+    stage_sequence_arrays(staging, f, p);
+    staging.commit();
     b.heads_kv = static_cast<int>(p.heads_kv);
     // Held until the last kernel using Δ/lse is enqueued: another host thread on the
     // same stream must not refill the workspace in between (stream order does the rest).
@@ -596,7 +589,10 @@ struct CudaBackend {
     // GPU at once with room to spare (sms / 2: other streams' kernels may hold SMs). The
     // atomic mode walks the same way (its dK and dV then equal the ordered mode's bitwise).
     b.grid_kv_fastest = b.wgmma && (!plan.ordered || !b.f.mask.bounded);
-    b.dq_rotate = b.wgmma && !b.f.mask.bounded && plan.splits <= device.sms / 2;
+    // Packed batches: a sequence's key blocks are fewer than the launch's (the longest
+    // sequence's), and rotated ranks assume every block of the head takes part.
+    b.dq_rotate = b.wgmma && !b.f.mask.bounded && plan.splits <= device.sms / 2 &&
+                  !flash::detail::has_sequence_arrays(p);
     b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
     // The dQ slices and the counters behind them start at zero (f32: none).
     const int64_t dq_words = plan.slices * plan.slice_floats + plan.counters;
