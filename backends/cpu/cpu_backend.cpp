@@ -15,12 +15,18 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <exception>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_plan.h"
+#include "backends/cpu/cpu_sequences.h"
 #include "backends/cpu/targets.h"
 #include "dispatch/backend_adapter.hpp"
 #include "dispatch/sequence_arrays.hpp"
@@ -84,22 +90,24 @@ struct CpuBackend {
     // target and the fast/tail path vary.
     const TargetKernels& t = SelectTarget();
     if (direction == FLASH_MERGE)
-      return flash::detail::Choice::decline("cpu backend: merge_partials is not implemented yet");
-    if (flash::detail::has_sequence_arrays(p))
-      return flash::detail::Choice::decline(
-          "cpu backend: packed batches, cache lengths and paged caches are not implemented yet");
+      return flash::detail::Choice::run(std::string("cpu.merge.") + DTypeName(p.dtype));
     const bool vec = p.head_dim % static_cast<int64_t>(t.tiles.lanes) == 0 &&
                      p.head_dim_v % static_cast<int64_t>(t.tiles.lanes) == 0;
     std::string kernel = std::string("cpu.") + (direction == FLASH_BACKWARD ? "bwd." : "fwd.") +
                          t.name + "." + DTypeName(p.dtype) + ".d" + std::to_string(p.head_dim);
     if (p.head_dim_v != p.head_dim) kernel += "v" + std::to_string(p.head_dim_v);
     if (!vec) kernel += ".tail";
+    // Inference fields run per sequence (cpu_sequences.h); the name says how.
+    if (p.cu_seqlens_q || p.cu_seqlens_kv) kernel += ".packed";
+    if (p.seqlens_kv) kernel += ".cache";
+    if (p.block_table) kernel += ".paged-gather";
     return flash::detail::Choice::run(kernel);
   }
 
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
     const TargetKernels& t = SelectTarget();
+    if (detail::has_sequence_arrays(p)) return ForwardSequences(t, p, q, k, v, o);
     CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
     const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses);
     ParallelFor(plan.q_items(), [&](int64_t item) { t.forward_item(plan, item); });
@@ -109,6 +117,8 @@ struct CpuBackend {
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
     const TargetKernels& t = SelectTarget();
+    if (detail::has_sequence_arrays(p))
+      return BackwardSequences(t, p, q, k, v, o, dout, lse, dq, dk, dv);
     // Dᵢ per query row: O(batch·heads·seqlen_q), like lse (the backward is allowed
     // per-call memory of that size; nothing of size seqlen_q x seqlen_kv).
     std::vector<float> delta(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q));
@@ -120,9 +130,181 @@ struct CpuBackend {
     ParallelFor(plan.q_items(), [&](int64_t item) { t.backward_q_item(plan, item); });
   }
 
-  static void merge(const flash_problem&, int64_t, const void*, const float*, void*, float*) {
-    throw flash::Error("cpu backend: merge_partials is not implemented yet",
-                       flash::Error::Kind::unsupported);
+  // merge_partials: per (row, head), the parts' weights exp(lse_i - lse) in double
+  // (parts is small), then one pass over head_dim_v. Bandwidth-bound: rows in parallel.
+  static void merge(const flash_problem& p, int64_t parts, const void* o_parts,
+                    const float* lse_parts, void* o, float* lse) {
+    const bool packed = p.cu_seqlens_q != nullptr;
+    const int64_t rows = packed ? p.cu_seqlens_q[p.batch] : p.batch * p.seqlen_q;
+    const int64_t hq = p.heads_q, dv = p.head_dim_v;
+    const int64_t part_lse = rows * hq, part_o = part_lse * dv;
+    constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+    ParallelFor(p.batch, [&](int64_t b) {
+      const int64_t sq = packed ? p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] : p.seqlen_q;
+      const int64_t row0 = packed ? p.cu_seqlens_q[b] : b * p.seqlen_q;
+      std::vector<float> acc(static_cast<size_t>(dv)), part(static_cast<size_t>(dv));
+      std::vector<double> weight(static_cast<size_t>(parts));
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t h = 0; h < hq; ++h) {
+          const int64_t li = packed ? h * rows + row0 + i : (b * hq + h) * p.seqlen_q + i;
+          double max = kNegInf;
+          for (int64_t t = 0; t < parts; ++t) max = std::fmax(max, lse_parts[t * part_lse + li]);
+          double total = kNegInf;
+          std::fill(acc.begin(), acc.end(), 0.f);
+          if (max != kNegInf) {
+            double sum = 0;
+            for (int64_t t = 0; t < parts; ++t) sum += std::exp(lse_parts[t * part_lse + li] - max);
+            total = max + std::log(sum);
+            for (int64_t t = 0; t < parts; ++t) {
+              const double l = lse_parts[t * part_lse + li];
+              if (l == kNegInf) continue;
+              const float w = static_cast<float>(std::exp(l - total));
+              const int64_t at = t * part_o + ((row0 + i) * hq + h) * dv;
+              LoadScalarRow(p.dtype, Offset(o_parts, p.dtype, at), dv, part.data());
+              for (int64_t e = 0; e < dv; ++e) acc[e] += w * part[e];
+            }
+          }
+          void* dst = packed ? At(o, p.dtype, p.o_stride, 0, row0 + i, h)
+                             : At(o, p.dtype, p.o_stride, b, i, h);
+          StoreFromF32(p.dtype, acc.data(), static_cast<size_t>(dv), 1.0f, dst);
+          if (lse) lse[li] = static_cast<float>(total);
+        }
+    });
+  }
+
+ private:
+  // n elements of dtype as f32 (merge's partial rows; scalar: merge is bandwidth-bound).
+  static void LoadScalarRow(int32_t dtype, const void* src, int64_t n, float* out) {
+    if (dtype == FLASH_F32) {
+      std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    const uint16_t* bits = static_cast<const uint16_t*>(src);
+    for (int64_t e = 0; e < n; ++e) {
+      if (dtype == FLASH_F16) {
+        out[e] = F32FromF16(bits[e]);
+      } else {
+        const uint32_t u = static_cast<uint32_t>(bits[e]) << 16;
+        std::memcpy(&out[e], &u, sizeof(float));
+      }
+    }
+  }
+
+  // Per-sequence plans over one item space (cpu_sequences.h). max_kv_blocks as in
+  // Plan::Make; calls with no query rows get no plan.
+  static std::vector<Plan> MakePlans(const TargetKernels& t, std::vector<SequenceCall>& calls,
+                                     const std::vector<CallArgs>& args, int max_kv_blocks) {
+    std::vector<Plan> plans;
+    plans.reserve(calls.size());
+    for (size_t s = 0; s < calls.size(); ++s)
+      plans.push_back(Plan::Make(args[s], t.tiles, Plan::kMaxPasses, max_kv_blocks));
+    return plans;
+  }
+
+  static void ForwardSequences(const TargetKernels& t, const flash_problem& p, const void* q,
+                               const void* k, const void* v, void* o) {
+    std::vector<SequenceCall> calls =
+        SplitSequences(p, q, k, v, nullptr, o, nullptr, nullptr, nullptr, nullptr);
+    // Packed queries: the kernels write lse [Hq, Sq_b] per sequence into a scratch, then
+    // it is scattered to the caller's [Hq, total_q].
+    const bool packed_lse = p.lse && p.cu_seqlens_q;
+    std::vector<float> lse_scratch(
+        packed_lse ? static_cast<size_t>(p.heads_q * p.cu_seqlens_q[p.batch]) : 0);
+    for (SequenceCall& c : calls)
+      c.p.lse = !p.lse       ? nullptr
+                : packed_lse ? lse_scratch.data() + c.lse_offset
+                             : p.lse + c.b * p.heads_q * p.seqlen_q;
+    const auto run = [&](std::vector<SequenceCall>& group) {
+      std::vector<CallArgs> args;
+      args.reserve(group.size());
+      for (SequenceCall& c : group)
+        args.push_back(CallArgs{&c.p, c.q, c.k, c.v, c.o, c.o, nullptr, nullptr, nullptr, nullptr,
+                                nullptr, nullptr});
+      const std::vector<Plan> plans = MakePlans(t, group, args, 1);
+      const ItemSpace items(plans.size(), [&](size_t s) {
+        return group[s].p.seqlen_q > 0 ? plans[s].q_items() : int64_t{0};
+      });
+      ParallelFor(items.total(), [&](int64_t item) {
+        const size_t s = items.plan_of(item);
+        t.forward_item(plans[s], item - items.first[s]);
+      });
+    };
+    if (!p.block_table) {
+      run(calls);
+    } else {
+      // One sequence at a time: its pages gathered into reused contiguous buffers.
+      std::vector<char> k_buf, v_buf;
+      for (SequenceCall& c : calls) {
+        if (c.p.seqlen_q == 0) continue;
+        GatherPages(p, k, v, c, k_buf, v_buf,
+                    [](int64_t n, const auto& fn) { ParallelFor(n, fn); });
+        std::vector<SequenceCall> one{c};
+        run(one);
+      }
+    }
+    if (packed_lse)
+      for (const SequenceCall& c : calls)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t i = 0; i < c.p.seqlen_q; ++i)
+            p.lse[h * p.cu_seqlens_q[p.batch] + c.q_row0 + i] =
+                lse_scratch[c.lse_offset + h * c.p.seqlen_q + i];
+  }
+
+  static void BackwardSequences(const TargetKernels& t, const flash_problem& p, const void* q,
+                                const void* k, const void* v, const void* o, const void* dout,
+                                const float* lse, void* dq, void* dk, void* dv) {
+    // Validation keeps seqlens_kv and block_table out of the backward: packed batches only.
+    std::vector<SequenceCall> calls = SplitSequences(p, q, k, v, o, nullptr, dout, dq, dk, dv);
+    const int64_t rows =
+        calls.empty() ? 0
+                      : calls.back().lse_offset / p.heads_q + calls.back().p.seqlen_q;  // Σ Sq_b
+    // lse and Δ of each sequence as [Hq, Sq_b] blocks (the kernels' batch-1 layout).
+    std::vector<float> lse_scratch(static_cast<size_t>(p.heads_q * rows));
+    std::vector<float> delta(static_cast<size_t>(p.heads_q * rows));
+    for (const SequenceCall& c : calls)
+      for (int64_t h = 0; h < p.heads_q; ++h)
+        for (int64_t i = 0; i < c.p.seqlen_q; ++i)
+          lse_scratch[c.lse_offset + h * c.p.seqlen_q + i] =
+              p.cu_seqlens_q ? lse[h * p.cu_seqlens_q[p.batch] + c.q_row0 + i]
+                             : lse[(c.b * p.heads_q + h) * p.seqlen_q + i];
+    std::vector<CallArgs> args;
+    args.reserve(calls.size());
+    for (SequenceCall& c : calls) {
+      if (c.p.seqlen_q == 0) ZeroKeyRows(c);  // no query sees these keys: dk = dv = 0
+      args.push_back(CallArgs{&c.p, c.q, c.k, c.v, c.o_in, nullptr, c.dout,
+                              lse_scratch.data() + c.lse_offset, c.dq, c.dk, c.dv,
+                              delta.data() + c.lse_offset});
+    }
+    const std::vector<Plan> plans = MakePlans(t, calls, args, Plan::kMaxPasses);
+    const auto pass = [&](auto count, auto item_fn) {
+      const ItemSpace items(plans.size(), [&](size_t s) {
+        return calls[s].p.seqlen_q > 0 ? count(plans[s], calls[s].p) : int64_t{0};
+      });
+      ParallelFor(items.total(), [&](int64_t item) {
+        const size_t s = items.plan_of(item);
+        item_fn(plans[s], item - items.first[s]);
+      });
+    };
+    pass([](const Plan& pl, const flash_problem&) { return pl.delta_items(); },
+         t.backward_delta_item);
+    pass([](const Plan& pl,
+            const flash_problem& sp) { return sp.seqlen_kv > 0 ? pl.kv_items() : int64_t{0}; },
+         t.backward_kv_item);
+    pass([](const Plan& pl, const flash_problem&) { return pl.q_items(); }, t.backward_q_item);
+  }
+
+  // dk = dv = 0 for the keys of a sequence without query rows (all-zero bits are +0 in
+  // every storage type).
+  static void ZeroKeyRows(const SequenceCall& c) {
+    const flash_problem& p = c.p;
+    const size_t eb = ElementSize(p.dtype);
+    for (int64_t j = 0; j < p.seqlen_kv; ++j)
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        std::memset(At(c.dk, p.dtype, p.k_stride, 0, j, h), 0,
+                    static_cast<size_t>(p.head_dim) * eb);
+        std::memset(At(c.dv, p.dtype, p.v_stride, 0, j, h), 0,
+                    static_cast<size_t>(p.head_dim_v) * eb);
+      }
   }
 };
 
