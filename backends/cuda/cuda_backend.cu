@@ -15,10 +15,13 @@
 
 #include "bwd_configs.hpp"
 #include "cuda_check.hpp"
+#include "decode.hpp"
+#include "decode_kernel.cuh"
 #include "device_buffers.hpp"
 #include "dispatch/backend_adapter.hpp"
 #include "dispatch/sequence_arrays.hpp"
 #include "kernel_params.hpp"
+#include "merge.hpp"
 #include "tile_configs.hpp"
 
 namespace flash::cuda {
@@ -200,7 +203,6 @@ class HostStaging {
     total_ += (bytes + 255) / 256 * 256;
     return nullptr;  // resolved by commit()
   }
-  bool empty() const { return entries_.empty(); }
 
   // Registers ptr (if host memory) and points it at its device copy on commit().
   template <class P>
@@ -356,6 +358,10 @@ Extents extents(const flash_problem& p) {
     e.kv_batch = 1;
     e.kv_rows = std::max<int64_t>(p.total_kv, 1);
   }
+  if (p.block_table) {  // [num_pages, page_size, heads, dim]
+    e.kv_batch = p.num_pages;
+    e.kv_rows = p.page_size;
+  }
   return e;
 }
 
@@ -381,6 +387,43 @@ void stage_sequence_arrays(HostStaging& staging, FwdParams& f, const flash_probl
   a.seqlens_kv = host_copy(p.seqlens_kv, seqs, lens);
   a.block_table = host_copy(p.block_table, seqs * static_cast<size_t>(p.pages_per_seq), table);
   flash::detail::check_sequence_arrays(p, a);
+}
+
+// The split-KV decode kernel's plan for a problem (decode_kernel.cuh): chosen for every
+// paged cache and whenever seqlen_q · group <= kDecodeMaxRows.
+struct DecodePlan {
+  bool use = false;
+  int dim = 0, rows = 0, row_chunks = 0, splits = 1;
+  DecodeShapeInfo shape{};
+};
+DecodePlan decode_plan(const flash_problem& p, int sms) {
+  DecodePlan d;
+  const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q * group;
+  d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
+  if (!d.use) return d;
+  d.dim = decode_dim(static_cast<int>(std::max(p.head_dim, p.head_dim_v)));
+  d.rows = decode_rows(static_cast<int>(rows));
+  d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
+  d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
+  // Splits: about two blocks per SM over (sequence, kv head, row chunk), each split at
+  // least kDecodeMinKeysPerWarp keys per warp so a split streams more than it merges.
+  const int64_t units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
+  const int64_t want = (2 * static_cast<int64_t>(sms) + units - 1) / units;
+  const int64_t by_keys = std::max<int64_t>(
+      1, p.seqlen_kv / (static_cast<int64_t>(d.shape.warps) * kDecodeMinKeysPerWarp));
+  d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
+  return d;
+}
+
+std::string decode_name(const flash_problem& p, const DecodePlan& d) {
+  std::string name = "decode_split_d" + std::to_string(d.dim) + "_m" + std::to_string(d.rows) +
+                     "_w" + std::to_string(d.shape.warps) + " " + dtype_name(p.dtype) +
+                     " splits=" + std::to_string(d.splits);
+  if (d.row_chunks > 1) name += " row_chunks=" + std::to_string(d.row_chunks);
+  if (p.block_table) name += " paged(page " + std::to_string(p.page_size) + ")";
+  if (p.seqlens_kv) name += " cache-lengths";
+  if (p.cu_seqlens_q || p.cu_seqlens_kv) name += " packed";
+  return name;
 }
 
 struct CudaBackend {
@@ -413,11 +456,13 @@ struct CudaBackend {
     using flash::detail::Choice;
     if (p.dtype != FLASH_F32 && p.dtype != FLASH_F16 && p.dtype != FLASH_BF16)
       return Choice::decline("cuda backend: unknown dtype " + std::to_string(p.dtype));
-    if (direction == FLASH_MERGE)
-      return Choice::decline("cuda backend: merge_partials is not implemented yet");
-    // Packed batches and cache lengths run on the forward kernels (sequence.cuh).
-    if (p.block_table)
-      return Choice::decline("cuda backend: paged caches (block_table) are not implemented yet");
+    if (direction == FLASH_MERGE) {
+      if (p.batch * p.seqlen_q > INT32_MAX || p.heads_q > 65535)
+        return Choice::decline(
+            "cuda backend: merge_partials needs batch * seqlen_q < 2^31 and "
+            "heads_q <= 65535 (one block per row and head)");
+      return Choice::run(std::string("merge_rows ") + dtype_name(p.dtype));
+    }
 
     if (!supported_head_dim(p.head_dim))
       return Choice::decline("cuda backend: head_dim = " + std::to_string(p.head_dim) +
@@ -448,6 +493,18 @@ struct CudaBackend {
       return Choice::run(name);
     }
     const DeviceInfo d = current_device();
+    if (const DecodePlan dec = decode_plan(p, d.sms); dec.use) {
+      if (p.batch > 65535 || static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
+        return Choice::decline(
+            "cuda backend: decode grid too large (batch = " + std::to_string(p.batch) +
+            " must be <= 65535 and heads_kv x " + "row chunks of 16 query rows <= 65535)");
+      if (dec.shape.smem_bytes > d.smem_optin)
+        return Choice::decline("cuda backend: " + decode_name(p, dec) + " needs " +
+                               std::to_string(dec.shape.smem_bytes) +
+                               " bytes of shared memory, device " + d.name + " allows " +
+                               std::to_string(d.smem_optin));
+      return Choice::run(decode_name(p, dec));
+    }
     const int smem = fwd_smem_bytes(p);
     if (smem > d.smem_optin)
       return Choice::decline("cuda backend: tile config " + fwd_config_name(p) + " needs " +
@@ -489,8 +546,48 @@ struct CudaBackend {
                   true);
     staging.stage("lse", f.lse, sizeof(float) * e.lse_count, true);
     stage_sequence_arrays(staging, f, p);
+    const int* block_table = p.block_table;
+    staging.stage("block_table", block_table,
+                  sizeof(int) * static_cast<size_t>(p.batch * p.pages_per_seq), false);
     staging.commit();
     const int batch = static_cast<int>(p.batch);
+    const DeviceInfo device = current_device();
+    if (const DecodePlan dec = decode_plan(p, device.sms); dec.use) {
+      DecodeParams dp{};
+      dp.f = f;
+      dp.block_table = block_table;
+      dp.page_size = p.page_size;
+      dp.pages_per_seq = p.pages_per_seq;
+      dp.num_pages = p.num_pages;
+      dp.heads_kv = static_cast<int>(p.heads_kv);
+      dp.splits = dec.splits;
+      dp.row_chunks = dec.row_chunks;
+      // Split partials live in the cached per-stream workspace, held until both kernels
+      // are enqueued (another host thread on this stream must not reuse it in between).
+      LockedBuffer workspace;
+      if (dec.splits > 1) {
+        const size_t slots =
+            static_cast<size_t>(p.batch * p.heads_kv) * dec.row_chunks * dec.splits * dec.rows;
+        workspace = lock_device_buffer(stream, BufferPurpose::workspace,
+                                       sizeof(float) * slots * (dec.dim + 1));
+        dp.part_o = static_cast<float*>(workspace.ptr);
+        dp.part_lse = dp.part_o + slots * dec.dim;
+      }
+      switch (p.dtype) {
+        case FLASH_F32:
+          launch_decode<Dtype::f32>(dp, dec.dim, dec.rows, batch, stream);
+          break;
+        case FLASH_F16:
+          launch_decode<Dtype::f16>(dp, dec.dim, dec.rows, batch, stream);
+          break;
+        case FLASH_BF16:
+          launch_decode<Dtype::bf16>(dp, dec.dim, dec.rows, batch, stream);
+          break;
+      }
+      check_cuda(cudaGetLastError(), "decode kernel launch");
+      staging.finish();
+      return;
+    }
     const int dim = tile_dim(p);
     switch (p.dtype) {
       case FLASH_F32:
@@ -614,11 +711,43 @@ struct CudaBackend {
     staging.finish();
   }
 
-  static void merge(const flash_problem& p, int64_t, const void*, const float*, void*, float*) {
+  static void merge(const flash_problem& p, int64_t parts, const void* o_parts,
+                    const float* lse_parts, void* o, float* lse) {
     const auto choice = choose(p, FLASH_MERGE);
-    throw flash::Error(
-        choice.ok ? "cuda backend: merge_partials is not implemented yet" : choice.reason,
-        flash::Error::Kind::unsupported);
+    if (!choice.ok) throw flash::Error(choice.reason, flash::Error::Kind::unsupported);
+    auto stream = static_cast<cudaStream_t>(p.stream);
+    const size_t eb = dtype_bytes(p.dtype);
+    // Packed rows: total_q is known exactly when cu_seqlens_q is host memory, the only
+    // case that stages (device arrays come with device tensors).
+    const Extents e = extents(p);
+    const int64_t rows = p.cu_seqlens_q ? std::max<int64_t>(p.total_q, 0) : p.batch * p.seqlen_q;
+    MergeParams m{};
+    m.batch = p.batch;
+    m.seqlen_q = p.seqlen_q;
+    m.heads_q = p.heads_q;
+    m.head_dim_v = p.head_dim_v;
+    m.parts = parts;
+    for (int i = 0; i < 3; ++i) m.o_stride[i] = p.o_stride[i];
+    m.cu_seqlens_q = p.cu_seqlens_q;
+    m.o_parts = o_parts;
+    m.lse_parts = lse_parts;
+    m.o = o;
+    m.lse = lse;
+    HostStaging staging(stream);
+    staging.stage("o_parts", m.o_parts,
+                  eb * static_cast<size_t>(rows * p.heads_q * p.head_dim_v * parts), false);
+    staging.stage("lse_parts", m.lse_parts,
+                  sizeof(float) * static_cast<size_t>(rows * p.heads_q * parts), false);
+    staging.stage("o", m.o,
+                  eb * extent_elems(p.o_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim_v),
+                  true);
+    staging.stage("lse", m.lse, sizeof(float) * static_cast<size_t>(rows * p.heads_q), true);
+    staging.stage("cu_seqlens_q", m.cu_seqlens_q, sizeof(int) * static_cast<size_t>(p.batch + 1),
+                  false);
+    staging.commit();
+    launch_merge(m, static_cast<Dtype>(p.dtype), stream);
+    check_cuda(cudaGetLastError(), "merge kernel launch");
+    staging.finish();
   }
 };
 

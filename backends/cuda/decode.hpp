@@ -1,0 +1,38 @@
+// Host side of the split-KV decode kernel (decode_kernel.cuh): which shape runs a
+// problem, and the launcher (instantiated per dtype in decode_{f32,f16,bf16}.cu).
+#pragma once
+
+#include <string>
+
+#include "kernel_params.hpp"
+
+namespace flash::cuda {
+
+struct DecodeParams;
+
+// Query rows per block (kM): 4 when seqlen_q · group fits, else 16 (row chunks of 16).
+constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16;
+// The decode kernel is chosen when seqlen_q · group is at most this (and for every
+// paged cache, whatever its rows: chunks of kDecodeRowsLarge).
+constexpr int kDecodeMaxRows = kDecodeRowsLarge;
+// Key splits per (sequence, kv head, row chunk): enough blocks to fill the SMs twice,
+// each split at least kDecodeMinKeysPerWarp keys per warp.
+constexpr int kDecodeMaxSplits = 128;
+constexpr int kDecodeMinKeysPerWarp = 128;
+
+// Padded head dim of the decode kernel: 64, 128 or 256.
+inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
+inline int decode_rows(int rows) {
+  return rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
+}
+
+// Warps per block and shared memory of a shape (for choose() and its name).
+struct DecodeShapeInfo {
+  int warps, smem_bytes;
+};
+DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows);
+
+template <Dtype kDtype>
+void launch_decode(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream);
+
+}  // namespace flash::cuda

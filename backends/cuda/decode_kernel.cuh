@@ -1,0 +1,415 @@
+// Split-KV decode forward (flash-decoding) for few query rows against long, possibly
+// paged, KV caches. Chosen by choose() when seqlen_q x (heads_q / heads_kv) <= 16, and
+// for every paged cache (block_table).
+//
+// Algorithm. A block owns (split, kv head, row chunk, sequence): the keys of one split
+// of the sequence and up to kM query rows, which are the query heads sharing the kv head
+// times the query tokens (GQA packing: each K/V byte is read once for all of them).
+// Each warp streams its own 32-key tiles of K and V through a two-stage cp.async ring
+// (16-byte copies, rows padded by 16 bytes so lane-per-row reads are conflict-free);
+// lane j computes the scores of key j against the kM rows (Q in shared memory as f32),
+// the warp keeps an online softmax per row, and P·V is accumulated with each lane
+// owning head_dim/32 output columns. The block's warps are combined in shared memory;
+// with one split the block writes o and lse, else an f32 partial (o normalised, lse)
+// that decode_combine_kernel merges on the device (no host round trip).
+// Paged K/V: lane j looks up the page of key j once per tile and the warp shares the
+// row offsets through shuffles; page ids outside [0, num_pages) read nothing (the key is
+// masked), lengths are clamped to the declared maxima (sequence.cuh).
+// Tolerance class: f32 scores and accumulation, exact exponent form (s - max)·scale·log2e
+// as the forward kernels; one rounding of o to the storage dtype.
+// Speed: see bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_split_* kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "device_ops.cuh"
+#include "kernel_params.hpp"
+#include "mask.cuh"
+#include "sequence.cuh"
+
+namespace flash::cuda {
+
+// Shapes of one decode instantiation: kDim (padded head dim), kM query rows per block.
+template <class T, int kDim_, int kM_>
+struct DecodeShape {
+  static constexpr int kDim = kDim_;
+  static constexpr int kM = kM_;
+  static constexpr int kKeys = 32;                         // keys per warp tile: one per lane
+  static constexpr int kVec = 16 / sizeof(T);              // elements per 16-byte copy
+  static constexpr int kChunks = kDim / kVec;              // 16-byte copies per row
+  static constexpr int kRowBytes = kDim * sizeof(T) + 16;  // +16: conflict-free row reads
+  static constexpr int kTileBytes = kKeys * kRowBytes;
+  static constexpr int kStages = 2;
+  static constexpr int kWarpBytes = kStages * 2 * kTileBytes;  // K and V rings
+  // As many warps as fit in ~160 KiB of ring (1 to 4): bytes in flight per SM.
+  static constexpr int kWarps =
+      kWarpBytes * 4 <= 160 * 1024 ? 4 : (kWarpBytes * 2 <= 160 * 1024 ? 2 : 1);
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kCols = kDim / 32;  // output columns per lane
+  static constexpr int kQBytes = kM * kDim * 4;
+  static constexpr int kPBytes = kWarps * kKeys * kM * 4;
+  static constexpr int kCombineBytes = kWarps * kM * (kDim + 2) * 4;
+  static constexpr int kRingBytes = kWarps * kWarpBytes;
+  static constexpr int kSmemBytes =
+      kQBytes + kPBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
+  static_assert(kDim % 32 == 0 && kDim <= 256, "columns split evenly over a warp");
+  static_assert(kM % 4 == 0, "P rows are read as float4");
+  static_assert((kKeys * kChunks) % 32 == 0, "whole copies per lane");
+};
+
+struct DecodeParams {
+  FwdParams f;             // q, k, v, o, lse, strides, heads, mask maxima, packed/cache arrays
+  const int* block_table;  // null: contiguous K/V
+  int64_t page_size, pages_per_seq, num_pages;
+  int heads_kv;
+  int splits;       // key splits per (sequence, kv head, row chunk)
+  int row_chunks;   // ceil(seqlen_q * group / kM)
+  float* part_o;    // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
+  float* part_lse;  // [batch, heads_kv, row_chunks, splits, kM], natural log
+};
+
+// Where row r (0 .. seqlen_q·group − 1) of a kv head's packed rows is: query token
+// r / group of query head kv_head·group + r % group.
+struct DecodeRow {
+  int i, head;
+};
+__device__ __forceinline__ DecodeRow decode_row(int r, int kv_head, int group) {
+  return {r / group, kv_head * group + r % group};
+}
+
+template <class T>
+__device__ __forceinline__ float to_f32(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else
+    return static_cast<float>(x);
+}
+template <class T>
+__device__ __forceinline__ T from_f32(float x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(x);
+  else
+    return __float2bfloat16_rn(x);
+}
+
+// kVec storage elements of a 16-byte shared-memory chunk as f32.
+template <class T, int kVec>
+__device__ __forceinline__ void chunk_to_f32(uint4 raw, float (&out)[kVec]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) out[i] = to_f32(e[i]);
+}
+
+// n consecutive storage elements from shared memory as f32, in one 4/8/16-byte load
+// when n·sizeof(T) allows (the V row slice a lane owns).
+template <class T, int n>
+__device__ __forceinline__ void load_f32(const T* src, float (&out)[n]) {
+  constexpr int kBytes = n * sizeof(T);
+  if constexpr (kBytes == 16 || kBytes == 8 || kBytes == 4) {
+    using Word =
+        std::conditional_t<kBytes == 16, uint4, std::conditional_t<kBytes == 8, uint2, uint32_t>>;
+    const Word w = *reinterpret_cast<const Word*>(src);
+    const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+    for (int i = 0; i < n; ++i) out[i] = to_f32(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < n; ++i) out[i] = to_f32(src[i]);
+  }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeParams dp) {
+  constexpr int D = S::kDim, M = S::kM, W = S::kWarps, KT = S::kKeys, C = S::kCols;
+  const FwdParams& p = dp.f;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* q_s = reinterpret_cast<float*>(smem);           // [M][D] f32
+  float* p_all = q_s + M * D;                            // [W][KT][M] probabilities
+  unsigned char* ring = smem + S::kQBytes + S::kPBytes;  // [W][stage][K|V][KT rows]
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y % dp.heads_kv, chunk = blockIdx.y / dp.heads_kv;
+  const int64_t b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const SequenceRows seq = sequence_rows(p, b, 0);
+  const MaskParams& mask = seq.mask;
+  const int rows_total = mask.seqlen_q * p.group, row0 = chunk * M;
+  if (row0 >= rows_total) return;  // this sequence has fewer rows (block-uniform)
+
+  // Keys of this split (a multiple of the tile), narrowed to what the chunk's rows see.
+  const int skv = mask.seqlen_kv;
+  const int per_split = ((skv + dp.splits - 1) / dp.splits + KT - 1) / KT * KT;
+  const int row_last = min(row0 + M, rows_total) - 1;
+  const KeyRange seen = visible_keys(mask, row0 / p.group, row_last / p.group);
+  const int k_begin = max(split * per_split, seen.begin);
+  const int k_end = min(min(split * per_split + per_split, skv), seen.end);
+
+  // Q rows (f32, zero past head_dim and past the sequence's rows) and each row's keys.
+  for (int idx = tid; idx < M * D; idx += S::kThreads) {
+    const int m = idx / D, d = idx % D, r = row0 + m;
+    float x = 0.f;
+    if (r < rows_total && d < p.head_dim) {
+      const DecodeRow row = decode_row(r, kv_head, p.group);
+      x = to_f32(static_cast<const T*>(
+          p.q)[seq.q + (int64_t)row.i * p.q_stride[1] + (int64_t)row.head * p.q_stride[2] + d]);
+    }
+    q_s[idx] = x;
+  }
+  int lo[M], hi[M];  // visible keys [lo, hi) of each row; empty for rows past the end
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int r = row0 + m;
+    const KeyRange kr =
+        r < rows_total ? visible_keys(mask, r / p.group, r / p.group) : KeyRange{0, 0};
+    lo[m] = kr.begin;
+    hi[m] = kr.end;
+  }
+  __syncthreads();
+
+  // Softmax in raw score units: p = exp2((x − max)·mult) keeps f32's relative precision
+  // at large logits (the exact form of the forward kernels).
+  const bool use_softcap = p.softcap > 0.f;
+  const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
+  const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
+
+  float run_max[M], l_part[M], acc[M][C];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    run_max[m] = -INFINITY;
+    l_part[m] = 0.f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[m][c] = 0.f;
+  }
+
+  // This warp's tiles: t0 = k_begin + (warp + W·n)·KT.
+  const int tiles = k_begin < k_end ? (k_end - k_begin + KT - 1) / KT : 0;
+  const int my_tiles = tiles > warp ? (tiles - warp + W - 1) / W : 0;
+  const T* kg = static_cast<const T*>(p.k);
+  const T* vg = static_cast<const T*>(p.v);
+  unsigned char* my_ring = ring + warp * S::kWarpBytes;
+  float* p_s = p_all + warp * KT * M;
+
+  // Issues the copies of the warp's n-th tile into stage n % kStages.
+  auto load_tile = [&](int n) {
+    const int t0 = k_begin + (warp + W * n) * KT;
+    const int key = t0 + lane;
+    bool ok = key < k_end;
+    int64_t k_off = 0, v_off = 0;
+    if (dp.block_table) {
+      int64_t page = -1;
+      if (ok) page = dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
+      ok = ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
+      const int64_t in_page = key % dp.page_size;
+      k_off = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
+      v_off = page * p.v_stride[0] + in_page * p.v_stride[1] + kv_head * p.v_stride[2];
+    } else {
+      k_off = seq.k + (int64_t)key * p.k_stride[1] + kv_head * p.k_stride[2];
+      v_off = seq.v + (int64_t)key * p.v_stride[1] + kv_head * p.v_stride[2];
+    }
+    const uint32_t ks = smem_addr(my_ring + (n % S::kStages) * 2 * S::kTileBytes);
+    const uint32_t vs = ks + S::kTileBytes;
+#pragma unroll
+    for (int it = 0; it < KT * S::kChunks / 32; ++it) {
+      const int idx = it * 32 + lane, r = idx / S::kChunks, c = idx % S::kChunks;
+      const bool row_ok = __shfl_sync(0xffffffffu, ok, r);
+      const int64_t kr = __shfl_sync(0xffffffffu, k_off, r);
+      const int64_t vr = __shfl_sync(0xffffffffu, v_off, r);
+      const int e = c * S::kVec;
+      const uint32_t dst = r * S::kRowBytes + c * 16;
+      cp_async_16(ks + dst, kg + (row_ok && e < p.head_dim ? kr + e : 0), row_ok && e < p.head_dim);
+      cp_async_16(vs + dst, vg + (row_ok && e < p.head_dim_v ? vr + e : 0),
+                  row_ok && e < p.head_dim_v);
+    }
+  };
+
+  if (my_tiles > 0) load_tile(0);
+  cp_async_commit();
+  for (int n = 0; n < my_tiles; ++n) {
+    if (n + 1 < my_tiles) load_tile(n + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncwarp();
+    const unsigned char* ktile = my_ring + (n % S::kStages) * 2 * S::kTileBytes;
+    const unsigned char* vtile = ktile + S::kTileBytes;
+    const int key = k_begin + (warp + W * n) * KT + lane;
+
+    // ---- scores of key `key` (this lane) against the M rows ---------------------------
+    float s[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) s[m] = 0.f;
+    const unsigned char* krow = ktile + lane * S::kRowBytes;
+#pragma unroll 4
+    for (int c = 0; c < S::kChunks; ++c) {
+      float kv[S::kVec];
+      chunk_to_f32<T, S::kVec>(*reinterpret_cast<const uint4*>(krow + c * 16), kv);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float* qm = q_s + m * D + c * S::kVec;
+#pragma unroll
+        for (int e = 0; e < S::kVec; e += 4) {
+          const float4 q4 = *reinterpret_cast<const float4*>(qm + e);
+          s[m] = fmaf(q4.x, kv[e], s[m]);
+          s[m] = fmaf(q4.y, kv[e + 1], s[m]);
+          s[m] = fmaf(q4.z, kv[e + 2], s[m]);
+          s[m] = fmaf(q4.w, kv[e + 3], s[m]);
+        }
+      }
+    }
+    // ---- online softmax per row -------------------------------------------------------
+    float pr[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float x = use_softcap ? p.softcap * tanhf(s[m] * cap_in) : s[m];
+      const bool visible = key < k_end && key >= lo[m] && key < hi[m];
+      x = visible ? x : -INFINITY;  // a hidden key's NaN score never reaches the row
+      const float new_max = fmaxf(run_max[m], warp_max(x));
+      const float alpha = new_max == -INFINITY ? 1.f : exp2f((run_max[m] - new_max) * mult);
+      pr[m] = visible ? exp2f((x - new_max) * mult) : 0.f;
+      run_max[m] = new_max;
+      l_part[m] = l_part[m] * alpha + pr[m];
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[m][c] *= alpha;
+    }
+    // A masked row keeps 0 only where p is 0 for a hidden key: skipped below, so a NaN or
+    // inf in a hidden key's V never multiplies it.
+#pragma unroll
+    for (int m = 0; m < M; m += 4)
+      *reinterpret_cast<float4*>(p_s + lane * M + m) =
+          make_float4(pr[m], pr[m + 1], pr[m + 2], pr[m + 3]);
+    __syncwarp();
+    // ---- O += P·V: lane owns columns lane·C .. lane·C + C − 1 ----------------------------
+#pragma unroll 2
+    for (int j = 0; j < KT; ++j) {
+      float vv[C];
+      load_f32<T, C>(reinterpret_cast<const T*>(vtile + j * S::kRowBytes) + lane * C, vv);
+#pragma unroll
+      for (int m = 0; m < M; m += 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(p_s + j * M + m);
+        const float pm[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (pm[u] != 0.f)
+#pragma unroll
+            for (int c = 0; c < C; ++c) acc[m + u][c] = fmaf(pm[u], vv[c], acc[m + u][c]);
+      }
+    }
+    __syncwarp();  // p_s and this stage are reused by the next tiles
+  }
+  cp_async_wait<0>();
+
+  // ---- combine the warps: max, sum and O of each row ----------------------------------
+  __syncthreads();                               // every warp is done with its ring: reuse it
+  float* comb = reinterpret_cast<float*>(ring);  // [W][M][D + 2]: O, then max, sum
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float l = warp_sum(l_part[m]);
+    float* dst = comb + (warp * M + m) * (D + 2);
+#pragma unroll
+    for (int c = 0; c < C; ++c) dst[lane * C + c] = acc[m][c];
+    if (lane == 0) {
+      dst[D] = run_max[m];
+      dst[D + 1] = l;
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < M * D; idx += S::kThreads) {
+    const int m = idx / D, d = idx % D, r = row0 + m;
+    if (r >= rows_total) continue;
+    float mx = -INFINITY;
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, comb[(w * M + m) * (D + 2) + D]);
+    float l = 0.f, o = 0.f;
+    if (mx != -INFINITY)
+      for (int w = 0; w < W; ++w) {
+        const float* src = comb + (w * M + m) * (D + 2);
+        const float scale_w = src[D] == -INFINITY ? 0.f : exp2f((src[D] - mx) * mult);
+        l += src[D + 1] * scale_w;
+        o += src[d] * scale_w;
+      }
+    // Natural-log lse of this split; −inf where no key was seen. A NaN sum keeps NaN.
+    const bool empty = mx == -INFINITY;
+    const float lse = empty ? -INFINITY : (mx * mult + log2f(l)) * kLn2;
+    const float out = empty ? 0.f : o / l;
+    if (dp.splits == 1) {
+      const DecodeRow row = decode_row(r, kv_head, p.group);
+      if (d < p.head_dim_v)
+        static_cast<T*>(
+            p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
+            from_f32<T>(out);
+      if (d == 0 && p.lse) p.lse[sequence_rows(p, b, row.head).lse + row.i] = lse;
+    } else {
+      const int64_t part =
+          ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits + split;
+      dp.part_o[(part * M + m) * D + d] = out;
+      if (d == 0) dp.part_lse[part * M + m] = lse;
+    }
+  }
+}
+
+// Merges the splits of each row: lse = ln Σ exp(lse_s), o = Σ exp(lse_s − lse)·o_s.
+// One block per (kv head · row chunk, sequence).
+template <class T, int kDim, int kM>
+__global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams dp) {
+  const FwdParams& p = dp.f;
+  const int kv_head = blockIdx.x % dp.heads_kv, chunk = blockIdx.x / dp.heads_kv;
+  const int64_t b = blockIdx.y;
+  const SequenceRows seq = sequence_rows(p, b, 0);
+  const int rows_total = seq.mask.seqlen_q * p.group, row0 = chunk * kM;
+  const int64_t part0 = ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits;
+  for (int idx = threadIdx.x; idx < kM * kDim; idx += blockDim.x) {
+    const int m = idx / kDim, d = idx % kDim, r = row0 + m;
+    if (r >= rows_total || d >= p.head_dim_v) continue;
+    float mx = -INFINITY;
+    for (int s = 0; s < dp.splits; ++s) mx = fmaxf(mx, dp.part_lse[(part0 + s) * kM + m]);
+    float sum = 0.f, o = 0.f;
+    if (mx != -INFINITY)
+      for (int s = 0; s < dp.splits; ++s) {
+        const float l = dp.part_lse[(part0 + s) * kM + m];
+        if (l == -INFINITY) continue;
+        const float w = __expf(l - mx);
+        sum += w;
+        o += w * dp.part_o[((part0 + s) * kM + m) * kDim + d];
+      }
+    const bool empty = mx == -INFINITY;
+    const DecodeRow row = decode_row(r, kv_head, p.group);
+    static_cast<T*>(
+        p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
+        from_f32<T>(empty ? 0.f : o / sum);
+    if (d == 0 && p.lse)
+      p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
+  }
+}
+
+template <class T, int kDim, int kM>
+void launch_decode_shape(const DecodeParams& dp, int batch, cudaStream_t stream) {
+  using S = DecodeShape<T, kDim, kM>;
+  static bool configured = [] {
+    cudaFuncSetAttribute(decode_split_kernel<T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         S::kSmemBytes);
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(dp.splits, dp.heads_kv * dp.row_chunks, batch);
+  decode_split_kernel<T, S><<<grid, S::kThreads, S::kSmemBytes, stream>>>(dp);
+  if (dp.splits > 1)
+    decode_combine_kernel<T, kDim, kM>
+        <<<dim3(dp.heads_kv * dp.row_chunks, batch), 128, 0, stream>>>(dp);
+}
+
+}  // namespace flash::cuda
