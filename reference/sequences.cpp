@@ -161,7 +161,11 @@ ForwardResult merge(const flash_problem& p, int64_t parts, const void* o_parts,
       for (int64_t h = 0; h < hq; ++h) {
         const int64_t li = lse_index(p, b, h, i);
         double max = -std::numeric_limits<double>::infinity();
-        for (int64_t t = 0; t < parts; ++t) max = std::fmax(max, lse_parts[t * part_lse + li]);
+        // A NaN part makes the row NaN (max keeps NaN, then every weight is NaN).
+        for (int64_t t = 0; t < parts; ++t) {
+          const double l = lse_parts[t * part_lse + li];
+          max = std::isnan(max) || std::isnan(l) ? l + max : std::fmax(max, l);
+        }
         if (max == -std::numeric_limits<double>::infinity()) continue;  // o = 0, lse = -inf
         double sum = 0;
         for (int64_t t = 0; t < parts; ++t) sum += std::exp(lse_parts[t * part_lse + li] - max);

@@ -148,7 +148,11 @@ struct CpuBackend {
         for (int64_t h = 0; h < hq; ++h) {
           const int64_t li = packed ? h * rows + row0 + i : (b * hq + h) * p.seqlen_q + i;
           double max = kNegInf;
-          for (int64_t t = 0; t < parts; ++t) max = std::fmax(max, lse_parts[t * part_lse + li]);
+          // A NaN part makes the row NaN (max keeps NaN, then every weight is NaN).
+          for (int64_t t = 0; t < parts; ++t) {
+            const double l = lse_parts[t * part_lse + li];
+            max = std::isnan(max) || std::isnan(l) ? l + max : std::fmax(max, l);
+          }
           double total = kNegInf;
           std::fill(acc.begin(), acc.end(), 0.f);
           if (max != kNegInf) {

@@ -124,6 +124,11 @@ __device__ __forceinline__ void load_f32(const T* src, float (&out)[n]) {
   }
 }
 
+// max that keeps NaN (a merge with a NaN part gives NaN, not the other parts' result).
+__device__ __forceinline__ float nan_max(float a, float b) {
+  return isnan(a) || isnan(b) ? NAN : fmaxf(a, b);
+}
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -334,16 +339,17 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
     if (r >= rows_total) continue;
     float mx = -INFINITY;
     for (int w = 0; w < W; ++w) mx = fmaxf(mx, comb[(w * M + m) * (D + 2) + D]);
+    // A warp whose visible scores were all NaN has max −inf and a NaN sum: its weight 0
+    // times NaN keeps the row NaN, as the reference does.
     float l = 0.f, o = 0.f;
-    if (mx != -INFINITY)
-      for (int w = 0; w < W; ++w) {
-        const float* src = comb + (w * M + m) * (D + 2);
-        const float scale_w = src[D] == -INFINITY ? 0.f : exp2f((src[D] - mx) * mult);
-        l += src[D + 1] * scale_w;
-        o += src[d] * scale_w;
-      }
-    // Natural-log lse of this split; −inf where no key was seen. A NaN sum keeps NaN.
-    const bool empty = mx == -INFINITY;
+    for (int w = 0; w < W; ++w) {
+      const float* src = comb + (w * M + m) * (D + 2);
+      const float scale_w = src[D] == -INFINITY ? 0.f : exp2f((src[D] - mx) * mult);
+      l += src[D + 1] * scale_w;
+      o += src[d] * scale_w;
+    }
+    // Natural-log lse of this split; −inf where no key was seen (l == 0), NaN stays NaN.
+    const bool empty = l == 0.f;
     const float lse = empty ? -INFINITY : (mx * mult + log2f(l)) * kLn2;
     const float out = empty ? 0.f : o / l;
     if (dp.splits == 1) {
@@ -376,7 +382,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
     const int m = idx / kDim, d = idx % kDim, r = row0 + m;
     if (r >= rows_total || d >= p.head_dim_v) continue;
     float mx = -INFINITY;
-    for (int s = 0; s < dp.splits; ++s) mx = fmaxf(mx, dp.part_lse[(part0 + s) * kM + m]);
+    for (int s = 0; s < dp.splits; ++s) mx = nan_max(mx, dp.part_lse[(part0 + s) * kM + m]);
     float sum = 0.f, o = 0.f;
     if (mx != -INFINITY)
       for (int s = 0; s < dp.splits; ++s) {

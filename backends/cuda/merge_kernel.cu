@@ -62,7 +62,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
   const int64_t lse_at = m.cu_seqlens_q ? h * rows + row : (b * m.heads_q + h) * m.seqlen_q + i;
   const int64_t part_lse = rows * m.heads_q, part_o = part_lse * m.head_dim_v;
   float mx = -INFINITY;
-  for (int64_t t = 0; t < m.parts; ++t) mx = fmaxf(mx, m.lse_parts[t * part_lse + lse_at]);
+  // A NaN part makes the row NaN (max keeps NaN, then every weight is NaN).
+  for (int64_t t = 0; t < m.parts; ++t) {
+    const float l = m.lse_parts[t * part_lse + lse_at];
+    mx = isnan(mx) || isnan(l) ? NAN : fmaxf(mx, l);
+  }
   float total = -INFINITY;
   if (mx != -INFINITY) {
     float sum = 0.f;

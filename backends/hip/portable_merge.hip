@@ -35,7 +35,11 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int64_t part_lse = rows * p.heads_q;
   const int64_t part_o = part_lse * p.head_dim_v;
   float max = -INFINITY;
-  for (int64_t t = 0; t < p.parts; ++t) max = fmaxf(max, lse_parts[t * part_lse + lse_at]);
+  // A NaN part makes the row NaN (max keeps NaN, then every weight is NaN).
+  for (int64_t t = 0; t < p.parts; ++t) {
+    const float l = lse_parts[t * part_lse + lse_at];
+    max = isnan(max) || isnan(l) ? NAN : fmaxf(max, l);
+  }
   float total = -INFINITY;
   float sum = 0.f;
   if (max != -INFINITY) {

@@ -1,0 +1,362 @@
+// Inference features on every backend: packed batches (cu_seqlens_q/kv, forward and
+// backward), cache lengths (seqlens_kv), paged caches (block_table), decode shapes and
+// merge_partials. Each result is compared with the fp64 oracle (reference/sequences.hpp)
+// under the tolerance rule, the naive-in-dtype error taken per sequence the same way.
+// Outputs are poisoned with NaN first, so an unwritten element fails. A backend may
+// decline a feature only as its README documents (hip: packed batches, cache lengths,
+// paged caches); any other decline fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/dtype.hpp"
+#include "reference/sequences.hpp"
+#include "support/compare.hpp"
+#include "support/naive.hpp"
+#include "support/targets.hpp"
+
+namespace flash::test {
+
+void PrintTo(const Target& target, std::ostream* os);  // cross_backend_test.cpp
+
+namespace {
+
+// A flat buffer of one storage dtype.
+struct Buffer {
+  DType dtype;
+  std::vector<char> bytes;
+  Buffer(DType t, int64_t n)
+      : dtype(t), bytes(static_cast<size_t>(n) * (t == DType::f32 ? 4 : 2)) {}
+  int64_t size() const {
+    return static_cast<int64_t>(bytes.size()) / (dtype == DType::f32 ? 4 : 2);
+  }
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+  double get(int64_t i) const { return reference::load(data(), static_cast<int32_t>(dtype), i); }
+  void set(int64_t i, double x) { reference::store(data(), static_cast<int32_t>(dtype), i, x); }
+  void poison() {
+    for (int64_t i = 0; i < size(); ++i) set(i, NAN);
+  }
+  void fill(std::mt19937_64& rng) {
+    std::normal_distribution<double> nd;
+    for (int64_t i = 0; i < size(); ++i) set(i, nd(rng));
+  }
+  std::vector<double> values() const {
+    std::vector<double> v(static_cast<size_t>(size()));
+    for (int64_t i = 0; i < size(); ++i) v[i] = get(i);
+    return v;
+  }
+};
+
+// The resolved problem the oracle takes, for packed layouts: q/o [rows_q, Hq, D],
+// k/v [rows_kv or pages x page_size, Hkv, D] (strides packed).
+flash_problem problem_of(const AttentionDesc& d) {
+  flash_problem p{};
+  p.batch = d.batch;
+  p.seqlen_q = d.seqlen_q;
+  p.seqlen_kv = d.seqlen_kv;
+  p.heads_q = d.heads_q;
+  p.heads_kv = d.heads_kv;
+  p.head_dim = d.head_dim;
+  p.head_dim_v = d.head_dim_v ? d.head_dim_v : d.head_dim;
+  p.dtype = static_cast<int32_t>(d.dtype);
+  p.causal = d.causal;
+  p.scale = d.scale > 0 ? d.scale : static_cast<float>(1.0 / std::sqrt(double(d.head_dim)));
+  p.softcap = d.softcap;
+  p.window_left = d.window_left;
+  p.window_right = d.window_right;
+  p.cu_seqlens_q = d.cu_seqlens_q;
+  p.cu_seqlens_kv = d.cu_seqlens_kv;
+  p.seqlens_kv = d.seqlens_kv;
+  p.block_table = d.block_table;
+  p.page_size = d.page_size;
+  p.pages_per_seq = d.pages_per_seq;
+  p.num_pages = d.num_pages;
+  p.total_q = d.cu_seqlens_q ? d.cu_seqlens_q[d.batch] : -1;
+  p.total_kv = d.cu_seqlens_kv ? d.cu_seqlens_kv[d.batch] : -1;
+  const int64_t kv_rows = d.block_table ? d.page_size : d.cu_seqlens_kv ? p.total_kv : d.seqlen_kv;
+  const int64_t q_rows = d.cu_seqlens_q ? p.total_q : d.seqlen_q;
+  const auto packed = [](int64_t* s, int64_t rows, int64_t heads, int64_t dim) {
+    s[2] = dim;
+    s[1] = heads * dim;
+    s[0] = rows * heads * dim;
+  };
+  packed(p.q_stride, q_rows, p.heads_q, p.head_dim);
+  packed(p.o_stride, q_rows, p.heads_q, p.head_dim_v);
+  packed(p.k_stride, kv_rows, p.heads_kv, p.head_dim);
+  packed(p.v_stride, kv_rows, p.heads_kv, p.head_dim_v);
+  return p;
+}
+
+// The documented declines of inference features (backends/hip/README.md).
+bool documented_decline(Backend backend, const std::string& message) {
+  return backend == Backend::hip && message.find("not supported on hip") != std::string::npos;
+}
+
+class Inference : public testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().available)
+      GTEST_SKIP() << GetParam().label << " unavailable: " << GetParam().reason;
+  }
+  // Runs fn with the target selected; false (and a passing test) on a documented decline.
+  template <class Fn>
+  bool run(AttentionDesc& d, Fn&& fn) {
+    d.backend = GetParam().backend;
+    ScopedEnv simd("FLASH_CPU_TARGET", GetParam().simd.empty() ? nullptr : GetParam().simd.c_str());
+    try {
+      fn();
+    } catch (const Error& e) {
+      if (documented_decline(GetParam().backend, e.what())) return false;
+      ADD_FAILURE() << "raised: " << e.what();
+      return false;
+    }
+    return true;
+  }
+
+  // Forward (and with `backward`, the backward) of d against the oracle.
+  void check(AttentionDesc d, Buffer& q, Buffer& k, Buffer& v, bool backward,
+             const std::string& what) {
+    SCOPED_TRACE(what + " " + to_string(d.dtype));
+    const flash_problem p = problem_of(d);
+    const int64_t rows_q = reference::rows_q(p);
+    Buffer o(d.dtype, rows_q * p.heads_q * p.head_dim_v);
+    o.poison();
+    std::vector<float> lse(static_cast<size_t>(rows_q * p.heads_q), NAN);
+    d.lse = lse.data();
+    if (!run(d, [&] { attention(d, q.data(), k.data(), v.data(), o.data()); })) return;
+    const auto ref = reference::forward(p, q.data(), k.data(), v.data());
+    const auto naive =
+        reference::forward_per_sequence(p, q.data(), k.data(), v.data(), naive_forward);
+    const Verdict vo = compare(what + " o", o.values(), ref.o, naive.o, d.dtype);
+    EXPECT_TRUE(vo.pass) << vo.detail;
+    for (size_t i = 0; i < lse.size(); ++i) {
+      if (std::isinf(ref.lse[i])) {
+        EXPECT_EQ(lse[i], ref.lse[i]) << what << " lse[" << i << "]";
+      } else {
+        EXPECT_NEAR(lse[i], ref.lse[i], 1e-3 + 1e-4 * std::fabs(ref.lse[i]))
+            << what << " lse[" << i << "]";
+      }
+    }
+    if (!backward) return;
+    Buffer dout(d.dtype, o.size()), dq(d.dtype, q.size()), dk(d.dtype, k.size()),
+        dv(d.dtype, v.size());
+    std::mt19937_64 rng(99);
+    dout.fill(rng);
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    // The backward's inputs: the oracle's o (in the dtype) and lse.
+    Buffer o_ref(d.dtype, o.size());
+    for (int64_t i = 0; i < o.size(); ++i) o_ref.set(i, ref.o[i]);
+    const std::vector<float> lse_ref(ref.lse.begin(), ref.lse.end());
+    d.lse = nullptr;
+    if (!run(d, [&] {
+          attention_backward(d, q.data(), k.data(), v.data(), o_ref.data(), dout.data(),
+                             lse_ref.data(), dq.data(), dk.data(), dv.data());
+        }))
+      return;
+    const auto grad = reference::backward(p, q.data(), k.data(), v.data(), dout.data());
+    const auto ngrad = reference::backward_per_sequence(p, q.data(), k.data(), v.data(),
+                                                        dout.data(), naive_backward);
+    const double mag = std::max({magnitude(grad.dq), magnitude(grad.dk), magnitude(grad.dv)});
+    for (auto [name, got, r, n] :
+         {std::tuple{"dq", &dq, &grad.dq, &ngrad.dq}, std::tuple{"dk", &dk, &grad.dk, &ngrad.dk},
+          std::tuple{"dv", &dv, &grad.dv, &ngrad.dv}}) {
+      const Verdict vg = compare(what + " " + name, got->values(), *r, *n, d.dtype, mag);
+      EXPECT_TRUE(vg.pass) << vg.detail;
+    }
+  }
+};
+
+AttentionDesc base(DType dtype, int64_t hq, int64_t hkv, int64_t dim) {
+  AttentionDesc d;
+  d.dtype = dtype;
+  d.heads_q = hq;
+  d.heads_kv = hkv;
+  d.head_dim = dim;
+  return d;
+}
+
+std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> cu(lengths.size() + 1, 0);
+  std::partial_sum(lengths.begin(), lengths.end(), cu.begin() + 1);
+  return cu;
+}
+
+TEST_P(Inference, PackedBatches) {
+  const std::vector<int32_t> lq = {0, 1, 17, 113, 1000}, lk = {5, 1, 1000, 113, 17};
+  const auto cu_q = offsets(lq), cu_k = offsets(lk);
+  struct Variant {
+    const char* name;
+    bool causal;
+    int64_t left, right;
+    float softcap;
+  };
+  for (const Variant x :
+       {Variant{"plain", false, -1, -1, 0.f}, Variant{"causal", true, -1, -1, 0.f},
+        Variant{"window", false, 40, 7, 0.f}, Variant{"softcap", true, -1, -1, 20.f}})
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      AttentionDesc d = base(dtype, 4, 2, 64);
+      d.batch = 5;
+      d.seqlen_q = 1000;
+      d.seqlen_kv = 1000;
+      d.cu_seqlens_q = cu_q.data();
+      d.cu_seqlens_kv = cu_k.data();
+      d.causal = x.causal;
+      d.window_left = x.left;
+      d.window_right = x.right;
+      d.softcap = x.softcap;
+      std::mt19937_64 rng(1);
+      Buffer q(dtype, cu_q.back() * 4 * 64), k(dtype, cu_k.back() * 2 * 64), v = k;
+      q.fill(rng);
+      k.fill(rng);
+      v.fill(rng);
+      check(d, q, k, v, /*backward=*/true, std::string("packed ") + x.name);
+    }
+}
+
+TEST_P(Inference, CacheLengths) {
+  const std::vector<int32_t> lens = {0, 5, 700, 1000};
+  for (int64_t sq : {1, 3, 16})
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      AttentionDesc d = base(dtype, 8, 2, 128);
+      d.batch = 4;
+      d.seqlen_q = sq;
+      d.seqlen_kv = 1000;
+      d.seqlens_kv = lens.data();
+      d.causal = sq > 1;
+      std::mt19937_64 rng(2);
+      Buffer q(dtype, 4 * sq * 8 * 128), k(dtype, 4 * 1000 * 2 * 128), v = k;
+      q.fill(rng);
+      k.fill(rng);
+      v.fill(rng);
+      check(d, q, k, v, false, "cache sq=" + std::to_string(sq));
+    }
+}
+
+TEST_P(Inference, PagedCaches) {
+  const std::vector<int32_t> lens = {1, 300, 77, 513};  // last pages partly filled
+  for (int64_t page : {1, 7, 16, 64, 256})
+    for (int64_t sq : {1, 4}) {
+      const DType dtype = page == 64 ? DType::f32 : DType::bf16;
+      AttentionDesc d = base(dtype, 8, 2, 64);
+      d.batch = 4;
+      d.seqlen_q = sq;
+      d.seqlen_kv = 513;
+      d.seqlens_kv = lens.data();
+      d.causal = true;
+      d.page_size = page;
+      d.pages_per_seq = (513 + page - 1) / page;
+      d.num_pages = d.batch * d.pages_per_seq + 5;  // spare pages nobody uses
+      std::vector<int32_t> table(static_cast<size_t>(d.batch * d.pages_per_seq));
+      std::iota(table.begin(), table.end(), 5);
+      std::mt19937_64 rng(3);
+      std::shuffle(table.begin(), table.end(), rng);
+      // Entries past a sequence's last used page are garbage; they must never be read.
+      for (int64_t b = 0; b < d.batch; ++b)
+        for (int64_t j = (lens[b] + page - 1) / page; j < d.pages_per_seq; ++j)
+          table[b * d.pages_per_seq + j] = -1;
+      d.block_table = table.data();
+      Buffer q(dtype, d.batch * sq * 8 * 64), k(dtype, d.num_pages * page * 2 * 64), v = k;
+      q.fill(rng);
+      k.fill(rng);
+      v.fill(rng);
+      check(d, q, k, v, false, "paged page=" + std::to_string(page) + " sq=" + std::to_string(sq));
+    }
+}
+
+// One query token against a long cache (GQA 4:1), and a packed batch of decode rows.
+TEST_P(Inference, DecodeLongCache) {
+  if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
+  for (int64_t keys : {int64_t{4096}, int64_t{131072}}) {
+    AttentionDesc d = base(DType::bf16, 8, 2, 64);
+    d.batch = 1;
+    d.seqlen_q = 1;
+    d.seqlen_kv = keys;
+    d.causal = true;
+    std::mt19937_64 rng(4);
+    Buffer q(DType::bf16, 8 * 64), k(DType::bf16, keys * 2 * 64), v = k;
+    q.fill(rng);
+    k.fill(rng);
+    v.fill(rng);
+    check(d, q, k, v, false, "decode keys=" + std::to_string(keys));
+  }
+}
+
+// merge_partials of attention over disjoint key ranges equals attention over all keys,
+// including an empty part (lse = -inf).
+TEST_P(Inference, MergeOfKeySplitsEqualsUnsplit) {
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(to_string(dtype));
+    const int64_t B = 2, sq = 3, hq = 4, hkv = 2, dim = 64, keys = 600;
+    const std::vector<int64_t> cuts = {0, 250, 250, 600};  // parts: 250 keys, none, 350
+    const int64_t parts = static_cast<int64_t>(cuts.size()) - 1;
+    std::mt19937_64 rng(5);
+    Buffer q(dtype, B * sq * hq * dim), k(dtype, B * keys * hkv * dim), v = k;
+    q.fill(rng);
+    k.fill(rng);
+    v.fill(rng);
+    const int64_t o_elems = B * sq * hq * dim, lse_elems = B * hq * sq;
+    Buffer o_parts(dtype, parts * o_elems);
+    std::vector<float> lse_parts(static_cast<size_t>(parts * lse_elems));
+    const size_t eb = dtype == DType::f32 ? 4 : 2;
+    bool ran = true;
+    for (int64_t t = 0; t < parts && ran; ++t) {
+      AttentionDesc d = base(dtype, hq, hkv, dim);
+      d.batch = B;
+      d.seqlen_q = sq;
+      d.seqlen_kv = cuts[t + 1] - cuts[t];
+      d.k_stride = {keys * hkv * dim, hkv * dim, dim};  // a window of the full cache
+      d.v_stride = d.k_stride;
+      d.lse = lse_parts.data() + t * lse_elems;
+      const char* kp = static_cast<const char*>(k.data()) + cuts[t] * hkv * dim * eb;
+      const char* vp = static_cast<const char*>(v.data()) + cuts[t] * hkv * dim * eb;
+      char* op = static_cast<char*>(o_parts.data()) + t * o_elems * eb;
+      ran = run(d, [&] { attention(d, q.data(), kp, vp, op); });
+    }
+    if (!ran) return;
+    AttentionDesc full = base(dtype, hq, hkv, dim);
+    full.batch = B;
+    full.seqlen_q = sq;
+    full.seqlen_kv = keys;
+    Buffer o(dtype, o_elems);
+    o.poison();
+    std::vector<float> lse(static_cast<size_t>(lse_elems), NAN);
+    if (!run(full, [&] {
+          merge_partials(full, parts, o_parts.data(), lse_parts.data(), o.data(), lse.data());
+        }))
+      return;
+    const flash_problem p = problem_of(full);
+    const auto ref = reference::forward(p, q.data(), k.data(), v.data());
+    const auto naive =
+        reference::forward_per_sequence(p, q.data(), k.data(), v.data(), naive_forward);
+    // Two roundings of o (each part's, then the merge's) against naive's one: the rule
+    // with the bound doubled.
+    Verdict vo = compare("merged o", o.values(), ref.o, naive.o, dtype);
+    EXPECT_TRUE(vo.error <= 2 * vo.bound) << vo.detail;
+    for (int64_t i = 0; i < lse_elems; ++i)
+      EXPECT_NEAR(lse[i], ref.lse[i], 1e-3 + 1e-4 * std::fabs(ref.lse[i])) << "lse " << i;
+    // Every part empty: o = 0, lse = -inf.
+    std::fill(lse_parts.begin(), lse_parts.end(), -INFINITY);
+    o.poison();
+    run(full, [&] {
+      merge_partials(full, parts, o_parts.data(), lse_parts.data(), o.data(), lse.data());
+    });
+    for (int64_t i = 0; i < o_elems; ++i) ASSERT_EQ(o.get(i), 0.0) << "o " << i;
+    for (int64_t i = 0; i < lse_elems; ++i) ASSERT_EQ(lse[i], -INFINITY) << "lse " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Inference, Inference, testing::ValuesIn(all_targets()),
+                         [](const auto& info) { return info.param.label; });
+
+}  // namespace
+}  // namespace flash::test
