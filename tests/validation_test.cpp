@@ -90,6 +90,148 @@ const BadInput kBadInputs[] = {
 
 class Validation : public testing::TestWithParam<BadInput> {};
 
+// Inference fields (AttentionDesc: packed batches, cache lengths, paged caches). The
+// arrays are static so a case's descriptor can point at them. Paged cases use k/v as
+// [num_pages 4, page_size 3, heads_kv 2, dim 8] (the same 192 floats).
+void paged(Buffers& b, const int32_t* table) {
+  b.desc.block_table = table;
+  b.desc.page_size = 3;
+  b.desc.pages_per_seq = 2;
+  b.desc.num_pages = 4;
+}
+const int32_t kTable[] = {0, 1, 2, 3}, kTableBadPage[] = {0, 9, 2, 3};
+const int32_t kCuQ[] = {0, 4, 6}, kCuQStart1[] = {1, 4, 6}, kCuQDecreasing[] = {0, 4, 3},
+              kCuQTooLong[] = {0, 5, 6}, kCuKv[] = {0, 6, 12};
+const int32_t kLensNegative[] = {6, -1}, kLensTooLong[] = {7, 2};
+alignas(8) const int32_t kAligned[4] = {0, 0, 4, 6};
+
+const BadInput kBadInferenceInputs[] = {
+    {"page_size 0 with block_table",
+     [](Buffers& b, auto&, auto&) {
+       paged(b, kTable);
+       b.desc.page_size = 0;
+     },
+     "page_size = 0"},
+    {"pages_per_seq 0",
+     [](Buffers& b, auto&, auto&) {
+       paged(b, kTable);
+       b.desc.pages_per_seq = 0;
+     },
+     "pages_per_seq = 0"},
+    {"num_pages 0",
+     [](Buffers& b, auto&, auto&) {
+       paged(b, kTable);
+       b.desc.num_pages = 0;
+     },
+     "num_pages = 0"},
+    {"page fields without block_table", [](Buffers& b, auto&, auto&) { b.desc.page_size = 16; },
+     "page_size = 16"},
+    {"seqlen_kv above the pages' capacity",
+     [](Buffers& b, auto&, auto&) {
+       paged(b, kTable);
+       b.desc.pages_per_seq = 1;
+     },
+     "seqlen_kv = 6"},
+    {"block_table with cu_seqlens_kv",
+     [](Buffers& b, auto&, auto&) {
+       paged(b, kTable);
+       b.desc.cu_seqlens_kv = kCuKv;
+     },
+     "cu_seqlens_kv"},
+    {"seqlens_kv with cu_seqlens_kv",
+     [](Buffers& b, auto&, auto&) {
+       b.desc.cu_seqlens_kv = kCuKv;
+       b.desc.seqlens_kv = kLensTooLong;
+     },
+     "seqlens_kv"},
+    {"cu_seqlens_q not starting at 0",
+     [](Buffers& b, auto&, auto&) { b.desc.cu_seqlens_q = kCuQStart1; }, "cu_seqlens_q[0] = 1"},
+    {"decreasing cu_seqlens_q",
+     [](Buffers& b, auto&, auto&) { b.desc.cu_seqlens_q = kCuQDecreasing; }, "cu_seqlens_q[2] = 3"},
+    {"packed length above seqlen_q",
+     [](Buffers& b, auto&, auto&) { b.desc.cu_seqlens_q = kCuQTooLong; }, "cu_seqlens_q[1] = 5"},
+    {"negative cache length", [](Buffers& b, auto&, auto&) { b.desc.seqlens_kv = kLensNegative; },
+     "seqlens_kv[1] = -1"},
+    {"cache length above seqlen_kv",
+     [](Buffers& b, auto&, auto&) { b.desc.seqlens_kv = kLensTooLong; }, "seqlens_kv[0] = 7"},
+    {"used page id out of range", [](Buffers& b, auto&, auto&) { paged(b, kTableBadPage); },
+     "block_table[1] = 9"},
+    {"misaligned cu_seqlens_q",
+     [](Buffers& b, auto&, auto&) {
+       b.desc.cu_seqlens_q =
+           reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(kAligned) + 2);
+     },
+     "cu_seqlens_q"},
+};
+
+INSTANTIATE_TEST_SUITE_P(BadInferenceInputs, Validation, testing::ValuesIn(kBadInferenceInputs),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+// Garbage past a sequence's used pages is never read, so it is accepted; a packed batch
+// and a cache within their bounds run.
+TEST(Validation, InferenceFieldsWithinBoundsAreAccepted) {
+  static const int32_t table[] = {0, -7, 2, 3};  // sequence 0 uses one page (3 keys)
+  static const int32_t lens[] = {3, 6};
+  Buffers b;
+  paged(b, table);
+  b.desc.seqlens_kv = lens;
+  EXPECT_NO_THROW(attention(b.desc, b.q.data(), b.k.data(), b.v.data(), b.o.data()));
+  Buffers c;
+  c.desc.cu_seqlens_q = kCuQ;  // q/o rows: 6 of the 32 allocated
+  EXPECT_NO_THROW(attention(c.desc, c.q.data(), c.k.data(), c.v.data(), c.o.data()));
+}
+
+TEST(Validation, BackwardRefusesCacheFieldsByName) {
+  static const int32_t lens[] = {3, 6};
+  for (int which = 0; which < 2; ++which) {
+    Buffers b;
+    if (which == 0) {
+      b.desc.seqlens_kv = lens;
+    } else {
+      paged(b, kTable);
+    }
+    HostTensor dq = b.q, dk = b.k, dv = b.v, dout = b.o;
+    std::vector<float> lse(2 * 4 * 4, 0.f);
+    try {
+      attention_backward(b.desc, b.q.data(), b.k.data(), b.v.data(), b.o.data(), dout.data(),
+                         lse.data(), dq.data(), dk.data(), dv.data());
+      FAIL() << "backward accepted " << (which ? "block_table" : "seqlens_kv");
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(which ? "block_table" : "seqlens_kv"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("forward-only"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Validation, MergeNamesItsArguments) {
+  Buffers b;
+  std::vector<float> parts(2 * 2 * 4 * 4 * 8, 0.f), lse_parts(2 * 2 * 4 * 4, 0.f), lse(2 * 4 * 4);
+  const auto message = [&](int64_t n, const void* op, const float* lp, void* o, float* l) {
+    try {
+      merge_partials(b.desc, n, op, lp, o, l);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(-1, parts.data(), lse_parts.data(), b.o.data(), lse.data()).find("parts = -1"),
+            std::string::npos);
+  EXPECT_NE(message(2, nullptr, lse_parts.data(), b.o.data(), lse.data()).find("o_parts"),
+            std::string::npos);
+  EXPECT_NE(message(2, parts.data(), nullptr, b.o.data(), lse.data()).find("lse_parts"),
+            std::string::npos);
+  EXPECT_NE(
+      message(2, parts.data(), lse_parts.data(), parts.data(), lse.data()).find("overlapping"),
+      std::string::npos);
+  EXPECT_EQ(message(2, parts.data(), lse_parts.data(), b.o.data(), lse.data()), "no error");
+}
+
 TEST_P(Validation, RaisesErrorNamingTheField) {
   Buffers b;
   const void* q = b.q.data();
