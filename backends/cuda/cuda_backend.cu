@@ -16,7 +16,7 @@
 #include "bwd_configs.hpp"
 #include "cuda_check.hpp"
 #include "decode.hpp"
-#include "decode_kernel.cuh"
+#include "decode_mma_kernel.cuh"
 #include "device_buffers.hpp"
 #include "dispatch/backend_adapter.hpp"
 #include "dispatch/sequence_arrays.hpp"
@@ -402,7 +402,7 @@ DecodePlan decode_plan(const flash_problem& p, int sms) {
   d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
   if (!d.use) return d;
   d.dim = decode_dim(static_cast<int>(std::max(p.head_dim, p.head_dim_v)));
-  d.rows = decode_rows(static_cast<int>(rows));
+  d.rows = decode_rows(static_cast<Dtype>(p.dtype), static_cast<int>(rows));
   d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
   d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
   // Splits: about two blocks per SM over (sequence, kv head, row chunk), each split at
@@ -416,8 +416,9 @@ DecodePlan decode_plan(const flash_problem& p, int sms) {
 }
 
 std::string decode_name(const flash_problem& p, const DecodePlan& d) {
-  std::string name = "decode_split_d" + std::to_string(d.dim) + "_m" + std::to_string(d.rows) +
-                     "_w" + std::to_string(d.shape.warps) + " " + dtype_name(p.dtype) +
+  std::string name = std::string(p.dtype == FLASH_F32 ? "decode_fma" : "decode_mma") + "_d" +
+                     std::to_string(d.dim) + "_m" + std::to_string(d.rows) + "_w" +
+                     std::to_string(d.shape.warps) + " " + dtype_name(p.dtype) +
                      " splits=" + std::to_string(d.splits);
   if (d.row_chunks > 1) name += " row_chunks=" + std::to_string(d.row_chunks);
   if (p.block_table) name += " paged(page " + std::to_string(p.page_size) + ")";

@@ -10,7 +10,7 @@ namespace flash::cuda {
 
 struct DecodeParams;
 
-// Query rows per block (kM): 4 when seqlen_q · group fits, else 16 (row chunks of 16).
+// Query rows per block (kM): 16, or 4 on the f32 kernel when seqlen_q · group fits.
 constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16;
 // The decode kernel is chosen when seqlen_q · group is at most this (and for every
 // paged cache, whatever its rows: chunks of kDecodeRowsLarge).
@@ -22,8 +22,10 @@ constexpr int kDecodeMinKeysPerWarp = 128;
 
 // Padded head dim of the decode kernel: 64, 128 or 256.
 inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
-inline int decode_rows(int rows) {
-  return rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
+// Rows per block: the tensor-core kernel (f16/bf16) always takes an m16 tile; the f32
+// kernel takes 4 rows when they fit (its cost grows with the rows).
+inline int decode_rows(Dtype dtype, int rows) {
+  return dtype == Dtype::f32 && rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
 }
 
 // Warps per block and shared memory of a shape (for choose() and its name).

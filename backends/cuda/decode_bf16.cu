@@ -1,25 +1,14 @@
 // Split-KV decode instantiations for bf16 (decode_kernel.cuh): head dims 64/128/256 x
-// query rows per block 4/16.
+// query rows per block 16 (4 for f32).
 #include "decode.hpp"
-#include "decode_kernel.cuh"
+#include "decode_mma_kernel.cuh"
 
 namespace flash::cuda {
 
 template <>
 void launch_decode<Dtype::bf16>(const DecodeParams& dp, int dim, int rows, int batch,
                                 cudaStream_t stream) {
-  const bool small = rows == kDecodeRowsSmall;
-  switch (dim) {
-    case 64:
-      return small ? launch_decode_shape<__nv_bfloat16, 64, kDecodeRowsSmall>(dp, batch, stream)
-                   : launch_decode_shape<__nv_bfloat16, 64, kDecodeRowsLarge>(dp, batch, stream);
-    case 128:
-      return small ? launch_decode_shape<__nv_bfloat16, 128, kDecodeRowsSmall>(dp, batch, stream)
-                   : launch_decode_shape<__nv_bfloat16, 128, kDecodeRowsLarge>(dp, batch, stream);
-    default:
-      return small ? launch_decode_shape<__nv_bfloat16, 256, kDecodeRowsSmall>(dp, batch, stream)
-                   : launch_decode_shape<__nv_bfloat16, 256, kDecodeRowsLarge>(dp, batch, stream);
-  }
+  launch_decode_for<__nv_bfloat16>(dp, dim, rows, batch, stream);
 }
 
 }  // namespace flash::cuda

@@ -140,6 +140,50 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// The block's last step, shared by the decode kernels: comb holds, per warp and row,
+// the unnormalised O (kDim floats), the row max (raw score units) and the row sum.
+// Combines the warps; one split writes o and lse, more write the split's f32 partial.
+template <class T, int D, int M, int W>
+__device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, const float* comb,
+                                                      const SequenceRows& seq, int64_t b,
+                                                      int kv_head, int chunk, int split,
+                                                      int rows_total, float mult) {
+  const FwdParams& p = dp.f;
+  const int tid = threadIdx.x, row0 = chunk * M;
+  for (int idx = tid; idx < M * D; idx += (W * 32)) {
+    const int m = idx / D, d = idx % D, r = row0 + m;
+    if (r >= rows_total) continue;
+    float mx = -INFINITY;
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, comb[(w * M + m) * (D + 2) + D]);
+    // A warp whose visible scores were all NaN has max −inf and a NaN sum: its weight 0
+    // times NaN keeps the row NaN, as the reference does.
+    float l = 0.f, o = 0.f;
+    for (int w = 0; w < W; ++w) {
+      const float* src = comb + (w * M + m) * (D + 2);
+      const float scale_w = src[D] == -INFINITY ? 0.f : exp2f((src[D] - mx) * mult);
+      l += src[D + 1] * scale_w;
+      o += src[d] * scale_w;
+    }
+    // Natural-log lse of this split; −inf where no key was seen (l == 0), NaN stays NaN.
+    const bool empty = l == 0.f;
+    const float lse = empty ? -INFINITY : (mx * mult + log2f(l)) * kLn2;
+    const float out = empty ? 0.f : o / l;
+    if (dp.splits == 1) {
+      const DecodeRow row = decode_row(r, kv_head, p.group);
+      if (d < p.head_dim_v)
+        static_cast<T*>(
+            p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
+            from_f32<T>(out);
+      if (d == 0 && p.lse) p.lse[sequence_rows(p, b, row.head).lse + row.i] = lse;
+    } else {
+      const int64_t part =
+          ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits + split;
+      dp.part_o[(part * M + m) * D + d] = out;
+      if (d == 0) dp.part_lse[part * M + m] = lse;
+    }
+  }
+}
+
 template <class T, class S>
 __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeParams dp) {
   constexpr int D = S::kDim, M = S::kM, W = S::kWarps, KT = S::kKeys, C = S::kCols;
@@ -334,38 +378,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
     }
   }
   __syncthreads();
-  for (int idx = tid; idx < M * D; idx += S::kThreads) {
-    const int m = idx / D, d = idx % D, r = row0 + m;
-    if (r >= rows_total) continue;
-    float mx = -INFINITY;
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, comb[(w * M + m) * (D + 2) + D]);
-    // A warp whose visible scores were all NaN has max −inf and a NaN sum: its weight 0
-    // times NaN keeps the row NaN, as the reference does.
-    float l = 0.f, o = 0.f;
-    for (int w = 0; w < W; ++w) {
-      const float* src = comb + (w * M + m) * (D + 2);
-      const float scale_w = src[D] == -INFINITY ? 0.f : exp2f((src[D] - mx) * mult);
-      l += src[D + 1] * scale_w;
-      o += src[d] * scale_w;
-    }
-    // Natural-log lse of this split; −inf where no key was seen (l == 0), NaN stays NaN.
-    const bool empty = l == 0.f;
-    const float lse = empty ? -INFINITY : (mx * mult + log2f(l)) * kLn2;
-    const float out = empty ? 0.f : o / l;
-    if (dp.splits == 1) {
-      const DecodeRow row = decode_row(r, kv_head, p.group);
-      if (d < p.head_dim_v)
-        static_cast<T*>(
-            p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
-            from_f32<T>(out);
-      if (d == 0 && p.lse) p.lse[sequence_rows(p, b, row.head).lse + row.i] = lse;
-    } else {
-      const int64_t part =
-          ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits + split;
-      dp.part_o[(part * M + m) * D + d] = out;
-      if (d == 0) dp.part_lse[part * M + m] = lse;
-    }
-  }
+  decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
 }
 
 // Merges the splits of each row: lse = ln Σ exp(lse_s), o = Σ exp(lse_s − lse)·o_s.
@@ -400,22 +413,6 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams 
     if (d == 0 && p.lse)
       p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
   }
-}
-
-template <class T, int kDim, int kM>
-void launch_decode_shape(const DecodeParams& dp, int batch, cudaStream_t stream) {
-  using S = DecodeShape<T, kDim, kM>;
-  static bool configured = [] {
-    cudaFuncSetAttribute(decode_split_kernel<T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         S::kSmemBytes);
-    return true;
-  }();
-  (void)configured;
-  const dim3 grid(dp.splits, dp.heads_kv * dp.row_chunks, batch);
-  decode_split_kernel<T, S><<<grid, S::kThreads, S::kSmemBytes, stream>>>(dp);
-  if (dp.splits > 1)
-    decode_combine_kernel<T, kDim, kM>
-        <<<dim3(dp.heads_kv * dp.row_chunks, batch), 128, 0, stream>>>(dp);
 }
 
 }  // namespace flash::cuda

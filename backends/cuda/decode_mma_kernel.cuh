@@ -1,0 +1,343 @@
+// Split-KV decode forward on tensor cores (f16/bf16): the decode_split_kernel of
+// decode_kernel.cuh with both products on mma.sync m16n8k16, so the kernel stays
+// memory-bound up to 16 query rows per kv head (GQA heads x query tokens).
+//
+// A block owns (split, kv head, row chunk of 16 rows, sequence), as in decode_kernel.cuh.
+// Q (16 rows, zero-padded) sits in shared memory for the whole block; each warp streams
+// its own 32-key K and V tiles through a cp.async ring of kStages stages (swizzled
+// tiles, ldmatrix reads), computes S = Q·Kᵀ (16 x 32), the online softmax on the
+// accumulators (exact exponent form), and O += P·V with P in registers. Paged rows are
+// addressed per key (the lane of a key looks up its page; the warp shares the row
+// offsets through shuffles). A tile where some (row, key) pair is masked and V holds a
+// NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never reaches a row.
+// Warps are combined in shared memory; one split writes o/lse, more write f32 partials
+// merged by decode_combine_kernel.
+// Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the forward kernels).
+// Speed: bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_mma_* kernels.
+#pragma once
+
+#include "decode_kernel.cuh"
+#include "fwd_tile_ops.cuh"
+
+namespace flash::cuda {
+
+template <class T, int kDim_>
+struct DecodeMmaShape {
+  static constexpr int kDim = kDim_;
+  static constexpr int kM = 16;             // query rows per block: one m16 tile
+  static constexpr int kKeys = 32;          // keys per warp tile
+  static constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
+  static constexpr int kTileBytes = kKeys * kDim * 2;
+  static constexpr int kStageBytes = 2 * kTileBytes;  // K and V
+  static constexpr int kRingBudget = 192 * 1024;
+  // Four warps when two stages fit, else two; then as many stages (<= 4) as fit.
+  static constexpr int kWarps = 4 * 2 * kStageBytes <= kRingBudget ? 4 : 2;
+  static constexpr int kStagesFit = kRingBudget / (kWarps * kStageBytes);
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kQBytes = kM * kDim * 2;
+  static constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+  static constexpr int kCombineBytes = kWarps * kM * (kDim + 2) * 4;
+  static constexpr int kSmemBytes =
+      kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
+  static_assert(kStages >= 2, "a ring needs two stages");
+  static_assert(kChunks % 4 == 0, "swizzled rows are multiples of 64 bytes");
+  static_assert((kKeys * kChunks) % 32 == 0, "whole copies per lane");
+};
+
+template <class T, class S>
+__global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodeParams dp) {
+  constexpr int D = S::kDim, M = S::kM, W = S::kWarps, KT = S::kKeys, KC = S::kChunks;
+  constexpr int NT = KT / 8, OT = D / 8;  // n8 tiles of S and of O
+  const FwdParams& p = dp.f;
+  extern __shared__ __align__(128) unsigned char decode_smem[];
+  const uint32_t sQ = smem_addr(decode_smem);
+  unsigned char* ring = decode_smem + S::kQBytes;
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y % dp.heads_kv, chunk = blockIdx.y / dp.heads_kv;
+  const int64_t b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, tig = lane % 4;
+  const SequenceRows seq = sequence_rows(p, b, 0);
+  const MaskParams& mask = seq.mask;
+  const int rows_total = mask.seqlen_q * p.group, row0 = chunk * M;
+  if (row0 >= rows_total) return;  // block-uniform
+
+  const int skv = mask.seqlen_kv;
+  const int per_split = ((skv + dp.splits - 1) / dp.splits + KT - 1) / KT * KT;
+  const int row_last = min(row0 + M, rows_total) - 1;
+  const KeyRange seen = visible_keys(mask, row0 / p.group, row_last / p.group);
+  const int k_begin = max(split * per_split, seen.begin);
+  const int k_end = min(min(split * per_split + per_split, skv), seen.end);
+
+  // Q: 16 packed rows (query token r / group of head kv_head·group + r % group).
+  const T* qg = static_cast<const T*>(p.q);
+  for (int idx = tid; idx < M * KC; idx += S::kThreads) {
+    const int m = idx / KC, c = idx % KC, r = row0 + m;
+    const bool ok = r < rows_total && c * 8 < p.head_dim;
+    const DecodeRow row = decode_row(ok ? r : row0, kv_head, p.group);
+    const T* src =
+        qg + seq.q + (int64_t)row.i * p.q_stride[1] + (int64_t)row.head * p.q_stride[2] + c * 8;
+    cp_async_16(tile_addr<KC>(sQ, m, c), ok ? src : qg, ok);
+  }
+  cp_async_commit();
+
+  // Visible keys [lo, hi) of this lane's two rows (g, g + 8); empty past the last row.
+  int lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + g + 8 * h;
+    const KeyRange kr =
+        r < rows_total ? visible_keys(mask, r / p.group, r / p.group) : KeyRange{0, 0};
+    lo[h] = kr.begin;
+    hi[h] = kr.end;
+  }
+
+  const bool use_softcap = p.softcap > 0.f;
+  const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
+  const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
+
+  float acc[OT][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+
+  const int tiles = k_begin < k_end ? (k_end - k_begin + KT - 1) / KT : 0;
+  const int my_tiles = tiles > warp ? (tiles - warp + W - 1) / W : 0;
+  const T* kg = static_cast<const T*>(p.k);
+  const T* vg = static_cast<const T*>(p.v);
+  const uint32_t my_ring = smem_addr(ring + warp * S::kStages * S::kStageBytes);
+  const LdsmAddr<KC> q_addr(sQ, lane & 15, lane >> 4);
+  const LdsmAddr<KC> k_addr(my_ring, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const LdsmAddr<KC> v_addr(my_ring + S::kTileBytes, (lane & 7) + (((lane >> 3) & 1) << 3),
+                            lane >> 4);
+
+  // Issues the copies of the warp's n-th tile into stage n % kStages.
+  auto load_tile = [&](int n) {
+    const int key = k_begin + (warp + W * n) * KT + lane;
+    bool ok = key < k_end;
+    int64_t k_off = 0, v_off = 0;
+    if (dp.block_table) {
+      int64_t page = -1;
+      if (ok) page = dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
+      ok = ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
+      const int64_t in_page = key % dp.page_size;
+      k_off = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
+      v_off = page * p.v_stride[0] + in_page * p.v_stride[1] + kv_head * p.v_stride[2];
+    } else {
+      k_off = seq.k + (int64_t)key * p.k_stride[1] + kv_head * p.k_stride[2];
+      v_off = seq.v + (int64_t)key * p.v_stride[1] + kv_head * p.v_stride[2];
+    }
+    const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
+#pragma unroll
+    for (int it = 0; it < KT * KC / 32; ++it) {
+      const int idx = it * 32 + lane, r = idx / KC, c = idx % KC;
+      const bool row_ok = __shfl_sync(0xffffffffu, ok, r);
+      const int64_t kr = __shfl_sync(0xffffffffu, k_off, r);
+      const int64_t vr = __shfl_sync(0xffffffffu, v_off, r);
+      const bool k_ok = row_ok && c * 8 < p.head_dim, v_ok = row_ok && c * 8 < p.head_dim_v;
+      cp_async_16(tile_addr<KC>(ks, r, c), kg + (k_ok ? kr + c * 8 : 0), k_ok);
+      cp_async_16(tile_addr<KC>(vs, r, c), vg + (v_ok ? vr + c * 8 : 0), v_ok);
+    }
+  };
+  // Whether any chunk this lane copied into V of stage `stage` holds a NaN or inf.
+  auto own_v_nonfinite = [&](int stage) {
+    const uint32_t vs = my_ring + stage * S::kStageBytes + S::kTileBytes;
+    bool bad = false;
+#pragma unroll
+    for (int it = 0; it < KT * KC / 32; ++it) {
+      const int idx = it * 32 + lane;
+      bad |= has_nonfinite<T>(lds128(tile_addr<KC>(vs, idx / KC, idx % KC)));
+    }
+    return bad;
+  };
+
+#pragma unroll
+  for (int n = 0; n < S::kStages - 1; ++n) {
+    if (n < my_tiles) load_tile(n);
+    cp_async_commit();
+  }
+  for (int n = 0; n < my_tiles; ++n) {
+    if (n + S::kStages - 1 < my_tiles) load_tile(n + S::kStages - 1);
+    cp_async_commit();
+    cp_async_wait<S::kStages - 1>();
+    __syncwarp();
+    if (n == 0) __syncthreads();  // Q (copied by the whole block) visible; first tile only
+    const int stage_off = (n % S::kStages) * S::kStageBytes;
+    const int k0 = k_begin + (warp + W * n) * KT;
+
+    // ---- S = Q·Kᵀ: 16 rows x 32 keys ---------------------------------------------------
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, q_addr(0, kk * 2));
+#pragma unroll
+      for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, k_addr(nt2 * 16, kk * 2) + stage_off);
+        mma_16816<T>(s[2 * nt2], a, bk[0], bk[1]);
+        mma_16816<T>(s[2 * nt2 + 1], a, bk[2], bk[3]);
+      }
+    }
+    // ---- softcap, mask, online softmax (rows g and g + 8) ------------------------------
+    bool partial = false;  // some pair of a key below k_end masked for some row
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = k0 + nt * 8 + tig * 2 + e;
+          float x = s[nt][2 * h + e];
+          if (use_softcap) x = p.softcap * tanhf(x * cap_in);
+          const bool visible = key < k_end && key >= lo[h] && key < hi[h];
+          partial |= key < k_end && !visible;
+          x = visible ? x : -INFINITY;
+          s[nt][2 * h + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float max_used, alpha;
+      online_softmax_max(row_max[h], mx, mult, max_used, alpha);
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = softmax_p(s[nt][2 * h + e], max_used, mult);
+          s[nt][2 * h + e] = pr;
+          sum += pr;
+        }
+      row_sum[h] = row_sum[h] * alpha + sum;  // per-thread partial, reduced at the end
+#pragma unroll
+      for (int nt = 0; nt < OT; ++nt) {
+        acc[nt][2 * h] *= alpha;
+        acc[nt][2 * h + 1] *= alpha;
+      }
+    }
+    // ---- O += P·V ----------------------------------------------------------------------
+    const bool exact = __any_sync(0xffffffffu, partial) &&
+                       __any_sync(0xffffffffu, own_v_nonfinite(n % S::kStages));
+    if (exact) {
+      // Scalar P·V over this lane's accumulators, skipping p = 0 (masked) keys.
+      const uint32_t vs = my_ring + stage_off + S::kTileBytes;
+#pragma unroll 1
+      for (int j = 0; j < KT; ++j) {
+        const int nt = j / 8, c = j % 8, src = 4 * g + c / 2;
+        float mine0 = 0.f, mine1 = 0.f;
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t == nt) {
+            mine0 = (c & 1) ? s[t][1] : s[t][0];
+            mine1 = (c & 1) ? s[t][3] : s[t][2];
+          }
+        const float p0 = __shfl_sync(0xffffffffu, mine0, src);
+        const float p1 = __shfl_sync(0xffffffffu, mine1, src);
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = ot * 8 + tig * 2 + e;
+            const T vv = *reinterpret_cast<const T*>(
+                __cvta_shared_to_generic(tile_addr<KC>(vs, j, col / 8) + (col % 8) * 2));
+            const float v = static_cast<float>(vv);
+            if (p0 != 0.f) acc[ot][e] = fmaf(p0, v, acc[ot][e]);
+            if (p1 != 0.f) acc[ot][2 + e] = fmaf(p1, v, acc[ot][2 + e]);
+          }
+      }
+    } else {
+      uint32_t pf[KT / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < KT / 16; ++kk) {
+        pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        pf[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int kk = 0; kk < KT / 16; ++kk)
+#pragma unroll
+        for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, v_addr(kk * 16, nt2 * 2) + stage_off);
+          mma_16816<T>(acc[2 * nt2], pf[kk], bv[0], bv[1]);
+          mma_16816<T>(acc[2 * nt2 + 1], pf[kk], bv[2], bv[3]);
+        }
+    }
+    __syncwarp();  // this stage is refilled by a later load_tile
+  }
+  cp_async_wait<0>();
+  if (my_tiles == 0) __syncthreads();  // pairs with the first-tile barrier above
+
+  // ---- combine the warps in shared memory: O, max, sum per row ------------------------
+  __syncthreads();                               // every warp is done with its ring
+  float* comb = reinterpret_cast<float*>(ring);  // [W][M][D + 2]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float* dst = comb + (warp * M + g + 8 * h) * (D + 2);
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt) {
+      dst[nt * 8 + tig * 2] = acc[nt][2 * h];
+      dst[nt * 8 + tig * 2 + 1] = acc[nt][2 * h + 1];
+    }
+    if (tig == 0) {
+      dst[D] = row_max[h];
+      dst[D + 1] = l;
+    }
+  }
+  __syncthreads();
+  decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
+}
+
+// Launches the decode kernel of a dtype: f16/bf16 on tensor cores (rows per block 16),
+// f32 on the plain-FMA decode_split_kernel (rows per block 4 or 16, decode.hpp).
+template <class T>
+void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream) {
+  const dim3 grid(dp.splits, dp.heads_kv * dp.row_chunks, batch);
+  const auto run = [&](auto kernel, int threads, int smem, auto combine) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    kernel<<<grid, threads, smem, stream>>>(dp);
+    if (dp.splits > 1) combine<<<dim3(dp.heads_kv * dp.row_chunks, batch), 128, 0, stream>>>(dp);
+  };
+  const auto shape = [&](auto dim_tag, auto rows_tag) {
+    constexpr int kD = decltype(dim_tag)::value;
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr int kM = decltype(rows_tag)::value;
+      using S = DecodeShape<T, kD, kM>;
+      run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, kM>);
+    } else {
+      using S = DecodeMmaShape<T, kD>;
+      run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, S::kM>);
+    }
+  };
+  using Small = std::integral_constant<int, kDecodeRowsSmall>;
+  using Large = std::integral_constant<int, kDecodeRowsLarge>;
+  const auto by_rows = [&](auto dim_tag) {
+    if (rows == kDecodeRowsSmall && std::is_same_v<T, float>)
+      shape(dim_tag, Small{});
+    else
+      shape(dim_tag, Large{});
+  };
+  switch (dim) {
+    case 64:
+      return by_rows(std::integral_constant<int, 64>{});
+    case 128:
+      return by_rows(std::integral_constant<int, 128>{});
+    default:
+      return by_rows(std::integral_constant<int, 256>{});
+  }
+}
+
+}  // namespace flash::cuda
