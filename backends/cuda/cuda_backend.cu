@@ -396,7 +396,7 @@ struct DecodePlan {
   int dim = 0, rows = 0, row_chunks = 0, splits = 1;
   DecodeShapeInfo shape{};
 };
-DecodePlan decode_plan(const flash_problem& p, int sms) {
+DecodePlan decode_plan(const flash_problem& p, int sms, int smem_optin) {
   DecodePlan d;
   const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q * group;
   d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
@@ -405,10 +405,13 @@ DecodePlan decode_plan(const flash_problem& p, int sms) {
   d.rows = decode_rows(static_cast<Dtype>(p.dtype), static_cast<int>(rows));
   d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
   d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
-  // Splits: about two blocks per SM over (sequence, kv head, row chunk), each split at
-  // least kDecodeMinKeysPerWarp keys per warp so a split streams more than it merges.
+  // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
+  // wave would leave most SMs idle at its end), each split at least
+  // kDecodeMinKeysPerWarp keys per warp so a split streams more than it merges.
   const int64_t units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
-  const int64_t want = (2 * static_cast<int64_t>(sms) + units - 1) / units;
+  const int64_t per_sm = std::max(1, smem_optin / std::max(1, d.shape.smem_bytes));
+  const int64_t wave = static_cast<int64_t>(sms) * per_sm;
+  const int64_t want = std::max<int64_t>(1, wave / units);
   const int64_t by_keys = std::max<int64_t>(
       1, p.seqlen_kv / (static_cast<int64_t>(d.shape.warps) * kDecodeMinKeysPerWarp));
   d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
@@ -494,7 +497,7 @@ struct CudaBackend {
       return Choice::run(name);
     }
     const DeviceInfo d = current_device();
-    if (const DecodePlan dec = decode_plan(p, d.sms); dec.use) {
+    if (const DecodePlan dec = decode_plan(p, d.sms, d.smem_optin); dec.use) {
       if (p.batch > 65535 || static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
         return Choice::decline(
             "cuda backend: decode grid too large (batch = " + std::to_string(p.batch) +
@@ -553,7 +556,7 @@ struct CudaBackend {
     staging.commit();
     const int batch = static_cast<int>(p.batch);
     const DeviceInfo device = current_device();
-    if (const DecodePlan dec = decode_plan(p, device.sms); dec.use) {
+    if (const DecodePlan dec = decode_plan(p, device.sms, device.smem_optin); dec.use) {
       DecodeParams dp{};
       dp.f = f;
       dp.block_table = block_table;

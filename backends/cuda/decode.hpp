@@ -13,8 +13,9 @@ struct DecodeParams;
 // Query rows per block (kM): 16, or 4 on the f32 kernel when seqlen_q · group fits.
 constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16;
 // The decode kernel is chosen when seqlen_q · group is at most this (and for every
-// paged cache, whatever its rows: chunks of kDecodeRowsLarge).
-constexpr int kDecodeMaxRows = kDecodeRowsLarge;
+// paged cache, whatever its rows): up to 4 row chunks of kDecodeRowsLarge, each chunk's
+// blocks reading the same K/V (the later ones mostly from L2).
+constexpr int kDecodeMaxRows = 4 * kDecodeRowsLarge;
 // Key splits per (sequence, kv head, row chunk): enough blocks to fill the SMs twice,
 // each split at least kDecodeMinKeysPerWarp keys per warp.
 constexpr int kDecodeMaxSplits = 128;
