@@ -301,13 +301,22 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
 }
 
+// Raises a kernel's dynamic shared-memory limit once (a driver call per launch would
+// show at decode sizes, where a call takes tens of microseconds).
+template <auto kKernel>
+void allow_dynamic_smem_once(int bytes) {
+  static const bool done =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+      cudaSuccess;
+  (void)done;
+}
+
 // Launches the decode kernel of a dtype: f16/bf16 on tensor cores (rows per block 16),
 // f32 on the plain-FMA decode_split_kernel (rows per block 4 or 16, decode.hpp).
 template <class T>
 void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream) {
   const dim3 grid(dp.splits, dp.heads_kv * dp.row_chunks, batch);
   const auto run = [&](auto kernel, int threads, int smem, auto combine) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     kernel<<<grid, threads, smem, stream>>>(dp);
     if (dp.splits > 1) combine<<<dim3(dp.heads_kv * dp.row_chunks, batch), 128, 0, stream>>>(dp);
   };
@@ -316,9 +325,11 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
     if constexpr (std::is_same_v<T, float>) {
       constexpr int kM = decltype(rows_tag)::value;
       using S = DecodeShape<T, kD, kM>;
+      allow_dynamic_smem_once<decode_split_kernel<T, S>>(S::kSmemBytes);
       run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, kM>);
     } else {
       using S = DecodeMmaShape<T, kD>;
+      allow_dynamic_smem_once<decode_mma_kernel<T, S>>(S::kSmemBytes);
       run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, S::kM>);
     }
   };

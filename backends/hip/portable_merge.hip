@@ -16,8 +16,9 @@ constexpr int kMergeThreads = 64;
 
 template <class T>
 __global__ void __launch_bounds__(kMergeThreads)
-    merge_kernel(MergeProblem p, const T* __restrict__ o_parts, const float* __restrict__ lse_parts,
-                 T* __restrict__ o, float* __restrict__ lse) {
+    portable_merge_kernel(MergeProblem p, const T* __restrict__ o_parts,
+                          const float* __restrict__ lse_parts, T* __restrict__ o,
+                          float* __restrict__ lse) {
   const int64_t rows = p.cu_seqlens_q ? p.cu_seqlens_q[p.batch] : p.batch * p.seqlen_q;
   const int64_t row = blockIdx.x, h = blockIdx.y;  // packed row (sequence-major)
   if (row >= rows) return;
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   // A NaN part makes the row NaN (max keeps NaN, then every weight is NaN).
   for (int64_t t = 0; t < p.parts; ++t) {
     const float l = lse_parts[t * part_lse + lse_at];
-    max = isnan(max) || isnan(l) ? NAN : fmaxf(max, l);
+    max = max != max || l != l ? max + l : fmaxf(max, l);  // x != x: NaN
   }
   float total = -INFINITY;
   float sum = 0.f;
@@ -68,7 +69,7 @@ gpu::Error launch(const MergeProblem& p, const MergeArgs& a, gpu::Stream stream)
   const int64_t rows = p.batch * p.seqlen_q;
   if (rows == 0 || p.heads_q == 0) return gpu::kSuccess;
   FLASH_LAUNCH(dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.heads_q)),
-               dim3(kMergeThreads), stream, merge_kernel<T>)
+               dim3(kMergeThreads), stream, portable_merge_kernel<T>)
   (p, static_cast<const T*>(a.o_parts), a.lse_parts, static_cast<T*>(a.o), a.lse);
   return gpu::get_last_error();
 }
