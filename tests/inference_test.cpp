@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "reference/dtype.hpp"
+#include "reference/naive.hpp"
 #include "reference/sequences.hpp"
 #include "support/compare.hpp"
-#include "support/naive.hpp"
 #include "support/targets.hpp"
 
 namespace flash::test {
@@ -134,7 +134,7 @@ class Inference : public testing::TestWithParam<Target> {
     if (!run(d, [&] { attention(d, q.data(), k.data(), v.data(), o.data()); })) return;
     const auto ref = reference::forward(p, q.data(), k.data(), v.data());
     const auto naive =
-        reference::forward_per_sequence(p, q.data(), k.data(), v.data(), naive_forward);
+        reference::forward_per_sequence(p, q.data(), k.data(), v.data(), reference::naive_forward);
     const Verdict vo = compare(what + " o", o.values(), ref.o, naive.o, d.dtype);
     EXPECT_TRUE(vo.pass) << vo.detail;
     for (size_t i = 0; i < lse.size(); ++i) {
@@ -165,7 +165,7 @@ class Inference : public testing::TestWithParam<Target> {
       return;
     const auto grad = reference::backward(p, q.data(), k.data(), v.data(), dout.data());
     const auto ngrad = reference::backward_per_sequence(p, q.data(), k.data(), v.data(),
-                                                        dout.data(), naive_backward);
+                                                        dout.data(), reference::naive_backward);
     const double mag = std::max({magnitude(grad.dq), magnitude(grad.dk), magnitude(grad.dv)});
     for (auto [name, got, r, n] :
          {std::tuple{"dq", &dq, &grad.dq, &ngrad.dq}, std::tuple{"dk", &dk, &grad.dk, &ngrad.dk},
@@ -337,7 +337,7 @@ TEST_P(Inference, MergeOfKeySplitsEqualsUnsplit) {
     const flash_problem p = problem_of(full);
     const auto ref = reference::forward(p, q.data(), k.data(), v.data());
     const auto naive =
-        reference::forward_per_sequence(p, q.data(), k.data(), v.data(), naive_forward);
+        reference::forward_per_sequence(p, q.data(), k.data(), v.data(), reference::naive_forward);
     // Two roundings of o (each part's, then the merge's) against naive's one: the rule
     // with the bound doubled.
     Verdict vo = compare("merged o", o.values(), ref.o, naive.o, dtype);

@@ -9,8 +9,9 @@
 
 #include "common/dtype.hpp"
 #include "common/flops.hpp"
-#include "common/naive.hpp"
 #include "common/problem.hpp"
+#include "reference/dtype.hpp"
+#include "reference/naive.hpp"
 
 namespace bench {
 namespace {
@@ -93,6 +94,77 @@ void track_max_difference(const std::vector<float>& a, const std::vector<float>&
   stats.max_error = max_difference;
   for (size_t i = 0; i < a.size(); ++i) stats.add(a[i], b[i]);
   max_difference = stats.max_error;
+}
+
+// Naive attention in the dtype under test (reference/naive.hpp, the one the tests use)
+// on an f32 sub-problem: its inputs hold values of that dtype, so they are stored in it
+// exactly. Results come back packed like the sub-problem's, as f32.
+struct NaiveInputs {
+  flash_problem p{};
+  std::vector<std::vector<unsigned char>> stored;
+  const void* add(const std::vector<float>& x) {
+    stored.emplace_back(x.size() * (p.dtype == FLASH_F32 ? 4 : 2));
+    for (size_t i = 0; i < x.size(); ++i)
+      flash::reference::store(stored.back().data(), p.dtype, i, x[i]);
+    return stored.back().data();
+  }
+};
+
+NaiveInputs naive_inputs(const flash::AttentionDesc& sub, flash::DType dtype) {
+  NaiveInputs in;
+  flash_problem& p = in.p;
+  p.batch = 1;
+  p.seqlen_q = sub.seqlen_q;
+  p.seqlen_kv = sub.seqlen_kv;
+  p.heads_q = sub.heads_q;
+  p.heads_kv = sub.heads_kv;
+  p.head_dim = sub.head_dim;
+  p.head_dim_v = sub.head_dim_v ? sub.head_dim_v : sub.head_dim;
+  p.dtype = static_cast<int32_t>(dtype);
+  p.causal = sub.causal;
+  p.scale = sub.scale > 0 ? sub.scale : static_cast<float>(1.0 / std::sqrt(double(sub.head_dim)));
+  p.softcap = sub.softcap;
+  p.window_left = sub.window_left;
+  p.window_right = sub.window_right;
+  const auto packed = [](int64_t* st, int64_t rows, int64_t heads, int64_t dim) {
+    st[2] = dim;
+    st[1] = heads * dim;
+    st[0] = rows * heads * dim;
+  };
+  packed(p.q_stride, p.seqlen_q, p.heads_q, p.head_dim);
+  packed(p.o_stride, p.seqlen_q, p.heads_q, p.head_dim_v);
+  packed(p.k_stride, p.seqlen_kv, p.heads_kv, p.head_dim);
+  packed(p.v_stride, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+  p.total_q = p.total_kv = -1;
+  return in;
+}
+
+std::vector<float> as_float(const std::vector<double>& x) { return {x.begin(), x.end()}; }
+
+std::vector<float> naive_forward(const flash::AttentionDesc& sub, flash::DType dtype,
+                                 const std::vector<float>& q, const std::vector<float>& k,
+                                 const std::vector<float>& v) {
+  NaiveInputs in = naive_inputs(sub, dtype);
+  const void* qs = in.add(q);
+  const void* ks = in.add(k);
+  const void* vs = in.add(v);
+  return as_float(flash::reference::naive_forward(in.p, qs, ks, vs).o);
+}
+
+struct NaiveGradients {
+  std::vector<float> dq, dk, dv;
+};
+
+NaiveGradients naive_backward(const flash::AttentionDesc& sub, flash::DType dtype,
+                              const std::vector<float>& q, const std::vector<float>& k,
+                              const std::vector<float>& v, const std::vector<float>& dout) {
+  NaiveInputs in = naive_inputs(sub, dtype);
+  const void* qs = in.add(q);
+  const void* ks = in.add(k);
+  const void* vs = in.add(v);
+  const void* ds = in.add(dout);
+  const flash::reference::BackwardResult g = flash::reference::naive_backward(in.p, qs, ks, vs, ds);
+  return {as_float(g.dq), as_float(g.dk), as_float(g.dv)};
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 //
 // Tolerance (FlashAttention's rule, the same as the test suite's): per output,
 //   bound = 2 × max|naive - expected| + eps · magnitude,
-// where naive is attention evaluated in the dtype under test (common/naive.hpp) on
+// where naive is attention evaluated in the dtype under test (reference/naive.hpp) on
 // the same sample, magnitude is max|expected| (backward: the largest over dq, dk,
 // dv) and eps = 1e-6 f32, 1e-4 f16, 1e-3 bf16. "tol used" = error / bound.
 #pragma once

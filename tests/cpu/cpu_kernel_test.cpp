@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "cpu_test_util.h"
-#include "naive_attention.h"
+#include "reference/reference.hpp"
 
 namespace flash::cpu::test {
 namespace {
@@ -37,8 +37,20 @@ void CheckCase(const Case& c, bool backward) {
   const flash_problem& p = pr.p;
   std::string err;
   ASSERT_EQ(pr.Forward(&err), FLASH_OK) << err;
-  const NaiveResult ref =
-      NaiveAttention(p, pr.qf, pr.kf, pr.vf, backward ? pr.doutf : std::vector<float>{});
+  // The project's fp64 oracle on the same stored inputs (o/dq packed, lse [b, h, s]).
+  struct {
+    std::vector<double> o, lse, dq, dk, dv;
+  } ref;
+  const reference::ForwardResult fwd = reference::forward(p, pr.q.data(), pr.k.data(), pr.v.data());
+  ref.o = fwd.o;
+  ref.lse = fwd.lse;
+  if (backward) {
+    const reference::BackwardResult grad =
+        reference::backward(p, pr.q.data(), pr.k.data(), pr.v.data(), pr.dout.data());
+    ref.dq = grad.dq;
+    ref.dk = grad.dk;
+    ref.dv = grad.dv;
+  }
   const int64_t Dv = p.head_dim_v, D = p.head_dim;
   Error eo, el;
   for (int64_t b = 0; b < c.batch; ++b)

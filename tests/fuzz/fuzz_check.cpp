@@ -330,7 +330,8 @@ std::string check_one(const uint8_t* data, size_t size) {
     const double logit_factor =
         1 + test::magnitude(ref.lse) * per_logit / test::relative_epsilon(tdtype);
     if (!x.backward) {
-      const auto naive = test::naive_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
+      const auto naive =
+          reference::naive_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
       if (!matches(name + " o", o.to_packed(), ref.o, naive.o, tdtype,
                    test::magnitude(ref.o) * logit_factor, why))
         fail << why << "\n";
@@ -341,8 +342,8 @@ std::string check_one(const uint8_t* data, size_t size) {
     } else {
       const auto grad =
           reference::backward(in.problem, in.q.data(), in.k.data(), in.v.data(), in.dout.data());
-      const auto naive =
-          test::naive_backward(in.problem, in.q.data(), in.k.data(), in.v.data(), in.dout.data());
+      const auto naive = reference::naive_backward(in.problem, in.q.data(), in.k.data(),
+                                                   in.v.data(), in.dout.data());
       // The backward also reads the f32 lse: the same factor covers its rounding.
       const double mag =
           std::max({test::magnitude(grad.dq), test::magnitude(grad.dk), test::magnitude(grad.dv)}) *

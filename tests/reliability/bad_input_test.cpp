@@ -95,8 +95,8 @@ struct BadInput {
   const char* name;
   Direction directions;
   std::function<void(Call&)> mutate;
-  const char* field;        // must appear in the message
-  const char* value = "";   // must appear too, when not empty
+  const char* field;       // must appear in the message
+  const char* value = "";  // must appear too, when not empty
   Error::Kind kind = Error::Kind::invalid_argument;
   // Environment variable set for the call (name, value), when not null.
   const char* env_name = nullptr;
@@ -117,35 +117,51 @@ BadInput row(const char* name, Direction dir, M mutate, const char* field, const
 std::vector<BadInput> bad_inputs() {
   std::vector<BadInput> rows = {
       // ---- sizes -----------------------------------------------------------------
-      row("batch_min", kBoth, [](Call& c) { c.desc.batch = kMin; }, "batch", "-9223372036854775808"),
-      row("seqlen_q_minus1", kBoth, [](Call& c) { c.desc.seqlen_q = -1; }, "seqlen_q", "-1"),
-      row("seqlen_kv_min", kBoth, [](Call& c) { c.desc.seqlen_kv = kMin; }, "seqlen_kv"),
-      row("heads_q_negative", kBoth, [](Call& c) { c.desc.heads_q = -4; }, "heads_q", "-4"),
-      row("heads_kv_negative", kBoth, [](Call& c) { c.desc.heads_kv = -2; }, "heads_kv", "-2"),
-      row("head_dim_negative", kBoth, [](Call& c) { c.desc.head_dim = -8; }, "head_dim", "-8"),
-      row("head_dim_v_min", kBoth, [](Call& c) { c.desc.head_dim_v = kMin; }, "head_dim_v"),
-      row("heads_kv_above_heads_q", kBoth, [](Call& c) { c.desc.heads_kv = 8; }, "heads_q", "4"),
-      row("heads_q_not_multiple", kBoth,
+      row(
+          "batch_min", kBoth, [](Call& c) { c.desc.batch = kMin; }, "batch",
+          "-9223372036854775808"),
+      row(
+          "seqlen_q_minus1", kBoth, [](Call& c) { c.desc.seqlen_q = -1; }, "seqlen_q", "-1"),
+      row(
+          "seqlen_kv_min", kBoth, [](Call& c) { c.desc.seqlen_kv = kMin; }, "seqlen_kv"),
+      row(
+          "heads_q_negative", kBoth, [](Call& c) { c.desc.heads_q = -4; }, "heads_q", "-4"),
+      row(
+          "heads_kv_negative", kBoth, [](Call& c) { c.desc.heads_kv = -2; }, "heads_kv", "-2"),
+      row(
+          "head_dim_negative", kBoth, [](Call& c) { c.desc.head_dim = -8; }, "head_dim", "-8"),
+      row(
+          "head_dim_v_min", kBoth, [](Call& c) { c.desc.head_dim_v = kMin; }, "head_dim_v"),
+      row(
+          "heads_kv_above_heads_q", kBoth, [](Call& c) { c.desc.heads_kv = 8; }, "heads_q", "4"),
+      row(
+          "heads_q_not_multiple", kBoth,
           [](Call& c) {
             c.desc.heads_q = 5;
             c.desc.heads_kv = 2;
           },
           "heads_q", "5"),
       // ---- element and byte counts that overflow int64 ----------------------------
-      row("q_elements_overflow", kBoth, [](Call& c) { c.desc.batch = int64_t{1} << 62; },
+      row(
+          "q_elements_overflow", kBoth, [](Call& c) { c.desc.batch = int64_t{1} << 62; },
           "overflows"),
-      row("k_elements_overflow", kBoth, [](Call& c) { c.desc.seqlen_kv = kMax; }, "overflows"),
-      row("head_dim_overflow", kBoth, [](Call& c) { c.desc.head_dim = kMax / 2; }, "overflows"),
-      row("head_dim_v_overflow", kBoth, [](Call& c) { c.desc.head_dim_v = int64_t{1} << 61; },
+      row(
+          "k_elements_overflow", kBoth, [](Call& c) { c.desc.seqlen_kv = kMax; }, "overflows"),
+      row(
+          "head_dim_overflow", kBoth, [](Call& c) { c.desc.head_dim = kMax / 2; }, "overflows"),
+      row(
+          "head_dim_v_overflow", kBoth, [](Call& c) { c.desc.head_dim_v = int64_t{1} << 61; },
           "overflows"),
-      row("heads_overflow", kBoth,
+      row(
+          "heads_overflow", kBoth,
           [](Call& c) {
             c.desc.heads_q = int64_t{1} << 60;
             c.desc.heads_kv = 1;
           },
           "overflows"),
       // 2^61 elements fit in int64, their 2^63 bytes (f32) do not.
-      row("q_bytes_overflow_f32", kBoth,
+      row(
+          "q_bytes_overflow_f32", kBoth,
           [](Call& c) {
             c.desc.seqlen_q = int64_t{1} << 56;
             c.desc.heads_q = 4;
@@ -154,7 +170,8 @@ std::vector<BadInput> bad_inputs() {
       // f16, head_dim 1: q's 2^61 elements x 2 bytes fit; lse's 2^61 floats x 4 bytes
       // do not. Tensors that large cannot exist, so the pointers are addresses that are
       // never dereferenced, spaced so that no two views overlap.
-      row("lse_bytes_overflow_f16", kForward,
+      row(
+          "lse_bytes_overflow_f16", kForward,
           [](Call& c) {
             c.desc.dtype = DType::f16;
             c.desc.head_dim = 1;
@@ -168,107 +185,185 @@ std::vector<BadInput> bad_inputs() {
           },
           "lse", "overflows"),
       // ---- strides: negative, smaller than the extent they skip, overflowing --------
-      row("q_stride_batch_negative", kBoth, [](Call& c) { c.desc.q_stride = {-128, 32, 8}; },
+      row(
+          "q_stride_batch_negative", kBoth,
+          [](Call& c) {
+            c.desc.q_stride = {-128, 32, 8};
+          },
           "q_stride.batch", "-128"),
-      row("k_stride_head_negative", kBoth, [](Call& c) { c.desc.k_stride = {96, 16, -8}; },
+      row(
+          "k_stride_head_negative", kBoth,
+          [](Call& c) {
+            c.desc.k_stride = {96, 16, -8};
+          },
           "k_stride.head", "-8"),
-      row("v_stride_seq_negative", kBoth, [](Call& c) { c.desc.v_stride = {96, -16, 8}; },
+      row(
+          "v_stride_seq_negative", kBoth,
+          [](Call& c) {
+            c.desc.v_stride = {96, -16, 8};
+          },
           "v_stride.seq"),
-      row("o_stride_head_below_head_dim", kBoth, [](Call& c) { c.desc.o_stride = {128, 32, 7}; },
+      row(
+          "o_stride_head_below_head_dim", kBoth,
+          [](Call& c) {
+            c.desc.o_stride = {128, 32, 7};
+          },
           "o_stride.head", "7"),
       // seq and head strides both 8: whichever comes second overlaps the first.
-      row("k_stride_seq_equals_head", kBoth, [](Call& c) { c.desc.k_stride = {96, 8, 8}; },
+      row(
+          "k_stride_seq_equals_head", kBoth,
+          [](Call& c) {
+            c.desc.k_stride = {96, 8, 8};
+          },
           "k_stride."),
-      row("v_stride_batch_overlaps_seq", kBoth, [](Call& c) { c.desc.v_stride = {80, 16, 8}; },
+      row(
+          "v_stride_batch_overlaps_seq", kBoth,
+          [](Call& c) {
+            c.desc.v_stride = {80, 16, 8};
+          },
           "v_stride.batch", "80"),
       // A zero batch stride would broadcast one batch to both: not allowed for any tensor.
-      row("q_stride_batch_zero_broadcast", kBoth, [](Call& c) { c.desc.q_stride = {0, 32, 8}; },
+      row(
+          "q_stride_batch_zero_broadcast", kBoth,
+          [](Call& c) {
+            c.desc.q_stride = {0, 32, 8};
+          },
           "q_stride.batch", "0"),
-      row("o_stride_all_heads_aliased", kBoth, [](Call& c) { c.desc.o_stride = {128, 32, 0}; },
+      row(
+          "o_stride_all_heads_aliased", kBoth,
+          [](Call& c) {
+            c.desc.o_stride = {128, 32, 0};
+          },
           "o_stride.head"),
       // head_dim_v = 16 makes v rows 16 wide: a head stride of 8 (right for k) overlaps.
-      row("v_stride_head_below_head_dim_v", kBoth,
+      row(
+          "v_stride_head_below_head_dim_v", kBoth,
           [](Call& c) {
             c.desc.head_dim_v = 16;
             c.desc.v_stride = {96, 16, 8};
           },
           "v_stride.head"),
-      row("q_stride_overflow", kBoth,
-          [](Call& c) { c.desc.q_stride = {int64_t{1} << 62, 32, 8}; }, "q_stride"),
-      row("k_stride_span_overflow", kBoth,
-          [](Call& c) { c.desc.k_stride = {kMax / 2, 16, 8}; }, "overflows"),
+      row(
+          "q_stride_overflow", kBoth,
+          [](Call& c) {
+            c.desc.q_stride = {int64_t{1} << 62, 32, 8};
+          },
+          "q_stride"),
+      row(
+          "k_stride_span_overflow", kBoth,
+          [](Call& c) {
+            c.desc.k_stride = {kMax / 2, 16, 8};
+          },
+          "overflows"),
       // ---- mask, scale, softcap --------------------------------------------------
-      row("window_left_minus2", kBoth, [](Call& c) { c.desc.window_left = -2; }, "window_left", "-2"),
-      row("window_left_min", kBoth, [](Call& c) { c.desc.window_left = kMin; }, "window_left"),
-      row("window_right_min", kBoth, [](Call& c) { c.desc.window_right = kMin; }, "window_right"),
-      row("scale_nan", kBoth, [](Call& c) { c.desc.scale = kNaN; }, "scale", "nan"),
-      row("scale_plus_inf", kBoth, [](Call& c) { c.desc.scale = kInf; }, "scale", "inf"),
-      row("scale_minus_inf", kBoth, [](Call& c) { c.desc.scale = -kInf; }, "scale", "-inf"),
-      row("scale_negative_tiny", kBoth, [](Call& c) { c.desc.scale = -1e-30f; }, "scale"),
-      row("softcap_plus_inf", kBoth, [](Call& c) { c.desc.softcap = kInf; }, "softcap", "inf"),
-      row("softcap_minus_inf", kBoth, [](Call& c) { c.desc.softcap = -kInf; }, "softcap"),
-      row("softcap_negative", kBoth, [](Call& c) { c.desc.softcap = -0.5f; }, "softcap", "-0.5"),
+      row(
+          "window_left_minus2", kBoth, [](Call& c) { c.desc.window_left = -2; }, "window_left",
+          "-2"),
+      row(
+          "window_left_min", kBoth, [](Call& c) { c.desc.window_left = kMin; }, "window_left"),
+      row(
+          "window_right_min", kBoth, [](Call& c) { c.desc.window_right = kMin; }, "window_right"),
+      row(
+          "scale_nan", kBoth, [](Call& c) { c.desc.scale = kNaN; }, "scale", "nan"),
+      row(
+          "scale_plus_inf", kBoth, [](Call& c) { c.desc.scale = kInf; }, "scale", "inf"),
+      row(
+          "scale_minus_inf", kBoth, [](Call& c) { c.desc.scale = -kInf; }, "scale", "-inf"),
+      row(
+          "scale_negative_tiny", kBoth, [](Call& c) { c.desc.scale = -1e-30f; }, "scale"),
+      row(
+          "softcap_plus_inf", kBoth, [](Call& c) { c.desc.softcap = kInf; }, "softcap", "inf"),
+      row(
+          "softcap_minus_inf", kBoth, [](Call& c) { c.desc.softcap = -kInf; }, "softcap"),
+      row(
+          "softcap_negative", kBoth, [](Call& c) { c.desc.softcap = -0.5f; }, "softcap", "-0.5"),
       // ---- enums cast from out-of-range integers ----------------------------------
-      row("dtype_3", kBoth, [](Call& c) { c.desc.dtype = static_cast<DType>(3); }, "dtype", "3"),
-      row("dtype_minus1", kBoth, [](Call& c) { c.desc.dtype = static_cast<DType>(-1); }, "dtype",
+      row(
+          "dtype_3", kBoth, [](Call& c) { c.desc.dtype = static_cast<DType>(3); }, "dtype", "3"),
+      row(
+          "dtype_minus1", kBoth, [](Call& c) { c.desc.dtype = static_cast<DType>(-1); }, "dtype",
           "-1"),
-      row("dtype_int_max", kBoth,
+      row(
+          "dtype_int_max", kBoth,
           [](Call& c) { c.desc.dtype = static_cast<DType>(std::numeric_limits<int>::max()); },
           "dtype", "2147483647"),
-      row("backend_5", kBoth, [](Call& c) { c.desc.backend = static_cast<Backend>(5); }, "backend",
+      row(
+          "backend_5", kBoth, [](Call& c) { c.desc.backend = static_cast<Backend>(5); }, "backend",
           "5"),
-      row("backend_minus1", kBoth, [](Call& c) { c.desc.backend = static_cast<Backend>(-1); },
+      row(
+          "backend_minus1", kBoth, [](Call& c) { c.desc.backend = static_cast<Backend>(-1); },
           "backend", "-1"),
       // ---- null pointers ---------------------------------------------------------
-      row("null_k", kBoth, [](Call& c) { c.pk = nullptr; }, "k = nullptr"),
-      row("null_v", kBoth, [](Call& c) { c.pv = nullptr; }, "v = nullptr"),
-      row("null_o", kBackward, [](Call& c) { c.po = nullptr; }, "o = nullptr"),
-      row("null_dout", kBackward, [](Call& c) { c.pdout = nullptr; }, "dout = nullptr"),
-      row("null_lse_argument", kBackward, [](Call& c) { c.plse = nullptr; }, "lse"),
-      row("null_dq", kBackward, [](Call& c) { c.pdq = nullptr; }, "dq = nullptr"),
-      row("null_dk", kBackward, [](Call& c) { c.pdk = nullptr; }, "dk = nullptr"),
-      row("null_dv", kBackward, [](Call& c) { c.pdv = nullptr; }, "dv = nullptr"),
+      row(
+          "null_k", kBoth, [](Call& c) { c.pk = nullptr; }, "k = nullptr"),
+      row(
+          "null_v", kBoth, [](Call& c) { c.pv = nullptr; }, "v = nullptr"),
+      row(
+          "null_o", kBackward, [](Call& c) { c.po = nullptr; }, "o = nullptr"),
+      row(
+          "null_dout", kBackward, [](Call& c) { c.pdout = nullptr; }, "dout = nullptr"),
+      row(
+          "null_lse_argument", kBackward, [](Call& c) { c.plse = nullptr; }, "lse"),
+      row(
+          "null_dq", kBackward, [](Call& c) { c.pdq = nullptr; }, "dq = nullptr"),
+      row(
+          "null_dk", kBackward, [](Call& c) { c.pdk = nullptr; }, "dk = nullptr"),
+      row(
+          "null_dv", kBackward, [](Call& c) { c.pdv = nullptr; }, "dv = nullptr"),
       // ---- outputs overlapping inputs or each other -------------------------------
-      row("o_overlaps_k_partially", kForward,
+      row(
+          "o_overlaps_k_partially", kForward,
           [](Call& c) {  // k and o inside one scratch buffer, o 64 floats after k
             c.pk = c.scratch.data();
             c.po = c.scratch.data() + 64;
           },
           "o", "overlapping k"),
-      row("o_overlaps_v", kForward, [](Call& c) { c.po = const_cast<void*>(c.pv); }, "o",
+      row(
+          "o_overlaps_v", kForward, [](Call& c) { c.po = const_cast<void*>(c.pv); }, "o",
           "overlapping v"),
-      row("lse_overlaps_q", kForward,
-          [](Call& c) { c.desc.lse = static_cast<float*>(c.q.data()); }, "lse", "overlapping q"),
-      row("lse_overlaps_o_tail", kForward,
+      row(
+          "lse_overlaps_q", kForward, [](Call& c) { c.desc.lse = static_cast<float*>(c.q.data()); },
+          "lse", "overlapping q"),
+      row(
+          "lse_overlaps_o_tail", kForward,
           [](Call& c) {  // lse starts inside the last row of o
             c.desc.lse = shift(static_cast<float*>(c.o.data()), 4 * (c.o.elements() - 4));
           },
           "overlapping"),
-      row("dq_overlaps_q", kBackward, [](Call& c) { c.pdq = c.q.data(); }, "dq", "overlapping q"),
-      row("dk_overlaps_v", kBackward, [](Call& c) { c.pdk = c.v.data(); }, "dk", "overlapping v"),
-      row("dv_overlaps_dout", kBackward, [](Call& c) { c.pdv = shift(c.dout.data(), 4); }, "dv",
+      row(
+          "dq_overlaps_q", kBackward, [](Call& c) { c.pdq = c.q.data(); }, "dq", "overlapping q"),
+      row(
+          "dk_overlaps_v", kBackward, [](Call& c) { c.pdk = c.v.data(); }, "dk", "overlapping v"),
+      row(
+          "dv_overlaps_dout", kBackward, [](Call& c) { c.pdv = shift(c.dout.data(), 4); }, "dv",
           "overlapping dout"),
-      row("dv_overlaps_o", kBackward, [](Call& c) { c.pdv = c.o.data(); }, "dv", "overlapping o"),
-      row("dq_overlaps_dk", kBackward, [](Call& c) { c.pdq = shift(c.dk.data(), 8); }, "dq",
+      row(
+          "dv_overlaps_o", kBackward, [](Call& c) { c.pdv = c.o.data(); }, "dv", "overlapping o"),
+      row(
+          "dq_overlaps_dk", kBackward, [](Call& c) { c.pdq = shift(c.dk.data(), 8); }, "dq",
           "overlapping dk"),
-      row("dk_is_dv", kBackward, [](Call& c) { c.pdk = c.dv.data(); }, "dk", "overlapping dv"),
+      row(
+          "dk_is_dv", kBackward, [](Call& c) { c.pdk = c.dv.data(); }, "dk", "overlapping dv"),
       // The backward's lse argument is an input: a gradient written over it would be
       // read back as statistics.
-      row("dq_overlaps_lse_argument", kBackward,
-          [](Call& c) { c.plse = static_cast<const float*>(static_cast<const void*>(c.dq.data())); },
+      row(
+          "dq_overlaps_lse_argument", kBackward,
+          [](Call& c) {
+            c.plse = static_cast<const float*>(static_cast<const void*>(c.dq.data()));
+          },
           "overlapping lse"),
   };
 
   // ---- environment variables ---------------------------------------------------
-  BadInput env_backend = row("FLASH_BACKEND_unknown", kBoth,
-                             [](Call& c) { c.desc.backend = Backend::automatic; }, "FLASH_BACKEND",
-                             "tpu");
+  BadInput env_backend = row(
+      "FLASH_BACKEND_unknown", kBoth, [](Call& c) { c.desc.backend = Backend::automatic; },
+      "FLASH_BACKEND", "tpu");
   env_backend.env_name = "FLASH_BACKEND";
   env_backend.env_value = "tpu";
   rows.push_back(env_backend);
-  BadInput env_target = row("FLASH_CPU_TARGET_unknown", kBoth,
-                            [](Call& c) { c.desc.backend = Backend::cpu; }, "FLASH_CPU_TARGET",
-                            "avx9000");
+  BadInput env_target = row(
+      "FLASH_CPU_TARGET_unknown", kBoth, [](Call& c) { c.desc.backend = Backend::cpu; },
+      "FLASH_CPU_TARGET", "avx9000");
   env_target.env_name = "FLASH_CPU_TARGET";
   env_target.env_value = "avx9000";
   env_target.requires = Backend::cpu;
@@ -277,15 +372,17 @@ std::vector<BadInput> bad_inputs() {
   // ---- a forced backend that cannot run: unavailable here, never a fallback ----------
   for (Backend gpu : {Backend::cuda, Backend::hip}) {
     const bool is_cuda = gpu == Backend::cuda;
-    BadInput forced = row(is_cuda ? "forced_cuda_unavailable" : "forced_hip_unavailable", kBoth,
-                          [gpu](Call& c) { c.desc.backend = gpu; }, to_string(gpu), "unavailable");
+    BadInput forced = row(
+        is_cuda ? "forced_cuda_unavailable" : "forced_hip_unavailable", kBoth,
+        [gpu](Call& c) { c.desc.backend = gpu; }, to_string(gpu), "unavailable");
     forced.kind = Error::Kind::unsupported;
     forced.needs_unavailable = true;
     forced.unavailable = gpu;
     rows.push_back(forced);
-    BadInput by_env = row(is_cuda ? "FLASH_BACKEND_cuda_unavailable" : "FLASH_BACKEND_hip_unavailable",
-                          kBoth, [](Call& c) { c.desc.backend = Backend::automatic; },
-                          is_cuda ? "FLASH_BACKEND=cuda" : "FLASH_BACKEND=hip", "unavailable");
+    BadInput by_env = row(
+        is_cuda ? "FLASH_BACKEND_cuda_unavailable" : "FLASH_BACKEND_hip_unavailable", kBoth,
+        [](Call& c) { c.desc.backend = Backend::automatic; },
+        is_cuda ? "FLASH_BACKEND=cuda" : "FLASH_BACKEND=hip", "unavailable");
     by_env.kind = Error::Kind::unsupported;
     by_env.env_name = "FLASH_BACKEND";
     by_env.env_value = to_string(gpu);
@@ -313,10 +410,14 @@ enum class Entry { cpp_forward, cpp_backward, c_forward, c_backward };
 
 const char* entry_name(Entry e) {
   switch (e) {
-    case Entry::cpp_forward: return "cpp_forward";
-    case Entry::cpp_backward: return "cpp_backward";
-    case Entry::c_forward: return "c_forward";
-    case Entry::c_backward: return "c_backward";
+    case Entry::cpp_forward:
+      return "cpp_forward";
+    case Entry::cpp_backward:
+      return "cpp_backward";
+    case Entry::c_forward:
+      return "c_forward";
+    case Entry::c_backward:
+      return "c_backward";
   }
   return "?";
 }
@@ -356,9 +457,12 @@ struct Outcome {
 
 Error::Kind kind_of(flash_status s) {
   switch (s) {
-    case FLASH_STATUS_INVALID_ARGUMENT: return Error::Kind::invalid_argument;
-    case FLASH_STATUS_UNSUPPORTED: return Error::Kind::unsupported;
-    default: return Error::Kind::runtime;
+    case FLASH_STATUS_INVALID_ARGUMENT:
+      return Error::Kind::invalid_argument;
+    case FLASH_STATUS_UNSUPPORTED:
+      return Error::Kind::unsupported;
+    default:
+      return Error::Kind::runtime;
   }
 }
 
@@ -367,11 +471,10 @@ Outcome call(Entry entry, Call& c) {
   if (entry == Entry::c_forward || entry == Entry::c_backward) {
     const flash_attention_desc d = to_c(c.desc);
     // Any exception crossing the C API fails the test through gtest's handler.
-    const flash_status s =
-        entry == Entry::c_forward
-            ? flash_attention(&d, c.pq, c.pk, c.pv, c.po)
-            : flash_attention_backward(&d, c.pq, c.pk, c.pv, c.po, c.pdout, c.plse, c.pdq, c.pdk,
-                                       c.pdv);
+    const flash_status s = entry == Entry::c_forward
+                               ? flash_attention(&d, c.pq, c.pk, c.pv, c.po)
+                               : flash_attention_backward(&d, c.pq, c.pk, c.pv, c.po, c.pdout,
+                                                          c.plse, c.pdq, c.pdk, c.pdv);
     out.ok = s == FLASH_STATUS_OK;
     out.message = flash_last_error();
     if (!out.ok) {
@@ -395,9 +498,12 @@ Outcome call(Entry entry, Call& c) {
 
 std::string kind_name(Error::Kind k) {
   switch (k) {
-    case Error::Kind::invalid_argument: return "invalid_argument";
-    case Error::Kind::unsupported: return "unsupported";
-    case Error::Kind::runtime: return "runtime";
+    case Error::Kind::invalid_argument:
+      return "invalid_argument";
+    case Error::Kind::unsupported:
+      return "unsupported";
+    case Error::Kind::runtime:
+      return "runtime";
   }
   return "?";
 }
@@ -449,8 +555,8 @@ INSTANTIATE_TEST_SUITE_P(Rows, BadInputMatrix, testing::ValuesIn(all_params()),
 // The C API: a null descriptor and a rejected call after a good one.
 TEST(BadInputCApi, NullDescriptorAndMessageLifetime) {
   Call c;
-  EXPECT_EQ(flash_attention_backward(nullptr, c.pq, c.pk, c.pv, c.po, c.pdout, c.plse, c.pdq,
-                                     c.pdk, c.pdv),
+  EXPECT_EQ(flash_attention_backward(nullptr, c.pq, c.pk, c.pv, c.po, c.pdout, c.plse, c.pdq, c.pdk,
+                                     c.pdv),
             FLASH_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flash_last_error()).find("desc"), std::string::npos);
   flash_attention_desc d = to_c(c.desc);
@@ -560,17 +666,15 @@ TEST_P(EdgeInputs, RunWithoutError) {
   if (out.ok && !backward && c.desc.batch > 0 && c.desc.seqlen_q > 0 && c.desc.seqlen_kv > 0) {
     // A row that sees at least one key is finite (these inputs are finite, in [-1, 1]).
     for (int64_t i = 0; i < c.o.elements(); ++i)
-      ASSERT_TRUE(std::isfinite(static_cast<const float*>(c.o.data())[i])) << e.name << " o[" << i << "]";
+      ASSERT_TRUE(std::isfinite(static_cast<const float*>(c.o.data())[i]))
+          << e.name << " o[" << i << "]";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Edges, EdgeInputs,
-    testing::ValuesIn(edge_params()),
-    [](const auto& info) {
-      return std::string(kEdges[std::get<0>(info.param)].name) + "_" +
-             entry_name(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Edges, EdgeInputs, testing::ValuesIn(edge_params()), [](const auto& info) {
+  return std::string(kEdges[std::get<0>(info.param)].name) + "_" +
+         entry_name(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param));
+});
 
 // Misaligned host pointers: the host backends read float/uint16 elements, which C++
 // requires to be aligned to their size. A pointer that is not must be rejected by
@@ -596,15 +700,14 @@ TEST_P(Misaligned, HostPointerNotAlignedToItsElementIsRejected) {
   EXPECT_NE(out.message.find("align"), std::string::npos) << out.message;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    HostBackends, Misaligned,
-    testing::Combine(testing::Values(Entry::cpp_forward, Entry::cpp_backward, Entry::c_forward,
-                                     Entry::c_backward),
-                     testing::Values(Backend::reference, Backend::cpu)),
-    [](const auto& info) {
-      return std::string(entry_name(std::get<0>(info.param))) + "_" +
-             to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(HostBackends, Misaligned,
+                         testing::Combine(testing::Values(Entry::cpp_forward, Entry::cpp_backward,
+                                                          Entry::c_forward, Entry::c_backward),
+                                          testing::Values(Backend::reference, Backend::cpu)),
+                         [](const auto& info) {
+                           return std::string(entry_name(std::get<0>(info.param))) + "_" +
+                                  to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace flash::test

@@ -38,14 +38,22 @@ struct Job {
 
 // Every job is small enough that 8 threads x a few rounds stays quick under TSan.
 const Job kJobs[] = {
-    {"ref_fwd_f32", flash::Backend::reference, flash::DType::f32, false, 2, 17, 33, 4, 2, 16, 16, false, -1, 0},
-    {"cpu_fwd_bf16_causal", flash::Backend::cpu, flash::DType::bf16, false, 1, 65, 65, 2, 2, 64, 64, true, -1, 0},
-    {"cpu_bwd_f32", flash::Backend::cpu, flash::DType::f32, true, 1, 31, 47, 2, 1, 32, 32, false, -1, 0},
-    {"ref_bwd_f16_window", flash::Backend::reference, flash::DType::f16, true, 1, 13, 21, 2, 2, 8, 8, false, 4, 0},
-    {"cpu_fwd_f16_gqa_softcap", flash::Backend::cpu, flash::DType::f16, false, 2, 40, 70, 4, 1, 32, 16, false, -1, 20},
-    {"cpu_bwd_bf16_causal", flash::Backend::cpu, flash::DType::bf16, true, 1, 50, 30, 2, 2, 64, 64, true, 8, 0},
-    {"cpu_fwd_f32_d1", flash::Backend::cpu, flash::DType::f32, false, 3, 9, 120, 1, 1, 1, 1, false, -1, 0},
-    {"ref_fwd_bf16_dv", flash::Backend::reference, flash::DType::bf16, false, 1, 11, 19, 2, 1, 24, 40, true, -1, 0},
+    {"ref_fwd_f32", flash::Backend::reference, flash::DType::f32, false, 2, 17, 33, 4, 2, 16, 16,
+     false, -1, 0},
+    {"cpu_fwd_bf16_causal", flash::Backend::cpu, flash::DType::bf16, false, 1, 65, 65, 2, 2, 64, 64,
+     true, -1, 0},
+    {"cpu_bwd_f32", flash::Backend::cpu, flash::DType::f32, true, 1, 31, 47, 2, 1, 32, 32, false,
+     -1, 0},
+    {"ref_bwd_f16_window", flash::Backend::reference, flash::DType::f16, true, 1, 13, 21, 2, 2, 8,
+     8, false, 4, 0},
+    {"cpu_fwd_f16_gqa_softcap", flash::Backend::cpu, flash::DType::f16, false, 2, 40, 70, 4, 1, 32,
+     16, false, -1, 20},
+    {"cpu_bwd_bf16_causal", flash::Backend::cpu, flash::DType::bf16, true, 1, 50, 30, 2, 2, 64, 64,
+     true, 8, 0},
+    {"cpu_fwd_f32_d1", flash::Backend::cpu, flash::DType::f32, false, 3, 9, 120, 1, 1, 1, 1, false,
+     -1, 0},
+    {"ref_fwd_bf16_dv", flash::Backend::reference, flash::DType::bf16, false, 1, 11, 19, 2, 1, 24,
+     40, true, -1, 0},
 };
 constexpr int kThreads = 8;
 constexpr int kRounds = 3;
@@ -98,11 +106,11 @@ struct JobRun {
       } else {
         // Small finite 16-bit patterns: bf16 = top half of the float; f16 built from
         // a 10-bit mantissa and exponents 13..15 (values in [2^-2, 2)), random sign.
-        const uint16_t h = dtype == flash::DType::bf16
-                               ? static_cast<uint16_t>(bits >> 16)
-                               : static_cast<uint16_t>((bits & 0x8000'0000u) >> 16 |
-                                                       (13 + (bits >> 10) % 3) << 10 |
-                                                       (bits & 0x3ff));
+        const uint16_t h =
+            dtype == flash::DType::bf16
+                ? static_cast<uint16_t>(bits >> 16)
+                : static_cast<uint16_t>((bits & 0x8000'0000u) >> 16 |
+                                        (13 + (bits >> 10) % 3) << 10 | (bits & 0x3ff));
         std::memcpy(&t[i], &h, 2);
       }
     }
@@ -131,8 +139,11 @@ struct JobRun {
       why = "error '" + error + "' vs '" + other.error + "'";
       return false;
     }
-    const std::pair<const char*, std::pair<const std::vector<uint8_t>*, const std::vector<uint8_t>*>>
-        outputs[] = {{"o", {&o, &other.o}}, {"dq", {&dq, &other.dq}}, {"dk", {&dk, &other.dk}},
+    const std::pair<const char*,
+                    std::pair<const std::vector<uint8_t>*, const std::vector<uint8_t>*>>
+        outputs[] = {{"o", {&o, &other.o}},
+                     {"dq", {&dq, &other.dq}},
+                     {"dk", {&dk, &other.dk}},
                      {"dv", {&dv, &other.dv}}};
     for (const auto& [name, pair] : outputs)
       if (*pair.first != *pair.second) {
@@ -157,10 +168,18 @@ std::string c_api_error(int which) {
   d.backend = FLASH_BACKEND_REFERENCE;
   const char* field = "";
   switch (which % 4) {
-    case 0: d.head_dim = -1, field = "head_dim"; break;
-    case 1: d.window_left = -5, field = "window_left"; break;
-    case 2: d.dtype = 9, field = "dtype"; break;
-    case 3: d.softcap = -1, field = "softcap"; break;
+    case 0:
+      d.head_dim = -1, field = "head_dim";
+      break;
+    case 1:
+      d.window_left = -5, field = "window_left";
+      break;
+    case 2:
+      d.dtype = 9, field = "dtype";
+      break;
+    case 3:
+      d.softcap = -1, field = "softcap";
+      break;
   }
   float buf[4 * 8 * 4] = {};
   const flash_status s = flash_attention(&d, buf, buf + 32, buf + 64, buf + 96);

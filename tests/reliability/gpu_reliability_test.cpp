@@ -37,9 +37,9 @@ bool cuda_available(std::string& why) {
   return false;
 }
 
-#define REQUIRE_CUDA()                                        \
-  do {                                                        \
-    std::string why_not;                                      \
+#define REQUIRE_CUDA()                                                             \
+  do {                                                                             \
+    std::string why_not;                                                           \
     if (!cuda_available(why_not)) GTEST_SKIP() << "cuda unavailable: " << why_not; \
   } while (0)
 
@@ -168,9 +168,9 @@ struct LargeShape {
 // small but has more batches than a grid's z dimension allows (65535): the kernels
 // launch in batch chunks.
 const LargeShape kLarge[] = {
-    {"many_batches_gqa", 2048, 257, 32, 8, 128, false},         // 2.16e9 elements in q, o
+    {"many_batches_gqa", 2048, 257, 32, 8, 128, false},                 // 2.16e9 elements in q, o
     {"long_seq_causal", 1, (int64_t{1} << 20) + 1, 16, 16, 128, true},  // 2.15e9 in q, k, v, o
-    {"batch_above_grid_z_limit", 70001, 3, 2, 1, 64, true},     // 2.7e7 elements
+    {"batch_above_grid_z_limit", 70001, 3, 2, 1, 64, true},             // 2.7e7 elements
 };
 
 class GpuLarge : public testing::TestWithParam<LargeShape> {};
@@ -257,7 +257,7 @@ TEST_P(GpuLarge, MoreThan2To31ElementsPerTensor) {
       const auto* kp = static_cast<const uint16_t*>(k.data()) + k.offset(b, 0, kvh);
       const auto* vp = static_cast<const uint16_t*>(v.data()) + v.offset(b, 0, kvh);
       const auto ref = reference::forward(p, qp, kp, vp);
-      const auto naive = naive_forward(p, qp, kp, vp);
+      const auto naive = reference::naive_forward(p, qp, kp, vp);
       std::vector<double> got(static_cast<size_t>(s.head_dim));
       for (int64_t e = 0; e < s.head_dim; ++e) got[e] = o.get(b, i, h, e);
       const Verdict vo = compare("o", got, ref.o, naive.o, dtype);

@@ -126,7 +126,7 @@ class Numerics : public testing::TestWithParam<Target> {
     if (!forward(p, lse)) return false;
     const flash_problem fp = p.resolved();
     const auto ref = reference::forward(fp, p.q.data(), p.k.data(), p.v.data());
-    const auto naive = naive_forward(fp, p.q.data(), p.k.data(), p.v.data());
+    const auto naive = reference::naive_forward(fp, p.q.data(), p.k.data(), p.v.data());
     EXPECT_TRUE(matches(std::string(what) + " o", p.o.to_packed(), ref.o, naive.o, p.desc.dtype));
     EXPECT_TRUE(matches(std::string(what) + " lse", std::vector<double>(lse.begin(), lse.end()),
                         ref.lse, naive.lse, DType::f32));
@@ -157,7 +157,8 @@ class Numerics : public testing::TestWithParam<Target> {
       FAIL() << "raised: " << e.what();
     }
     const auto grad = reference::backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data());
-    const auto naive = naive_backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data());
+    const auto naive =
+        reference::naive_backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data());
     const double mag = std::max({magnitude(grad.dq), magnitude(grad.dk), magnitude(grad.dv)}) *
                        lse_rounding_factor(ref.lse, d.dtype, d.head_dim);
     EXPECT_TRUE(

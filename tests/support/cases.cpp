@@ -141,7 +141,7 @@ std::unique_ptr<Prepared> build(const Case& c, DType dtype, bool backward) {
   p->problem = resolve(d, p->q, p->k, p->v, p->o);
   p->ref = reference::forward(p->problem, p->q.data(), p->k.data(), p->v.data());
   if (!backward) {
-    p->naive = naive_forward(p->problem, p->q.data(), p->k.data(), p->v.data());
+    p->naive = reference::naive_forward(p->problem, p->q.data(), p->k.data(), p->v.data());
     return p;
   }
   // Backward inputs: the forward's o and lse as a forward in this dtype returns them.
@@ -156,7 +156,8 @@ std::unique_ptr<Prepared> build(const Case& c, DType dtype, bool backward) {
   p->lse.assign(p->ref.lse.begin(), p->ref.lse.end());
   p->ref_grad =
       reference::backward(p->problem, p->q.data(), p->k.data(), p->v.data(), p->dout.data());
-  p->naive_grad = naive_backward(p->problem, p->q.data(), p->k.data(), p->v.data(), p->dout.data());
+  p->naive_grad =
+      reference::naive_backward(p->problem, p->q.data(), p->k.data(), p->v.data(), p->dout.data());
   return p;
 }
 

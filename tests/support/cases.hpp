@@ -8,7 +8,7 @@
 
 #include "dispatch/module_abi.h"
 #include "flash/flash.hpp"
-#include "naive.hpp"
+#include "reference/naive.hpp"
 #include "reference/reference.hpp"
 #include "tensor.hpp"
 

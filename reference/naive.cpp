@@ -1,4 +1,4 @@
-#include "naive.hpp"
+#include "reference/naive.hpp"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "reference/dtype.hpp"
 
-namespace flash::test {
+namespace flash::reference {
 namespace {
 
 int64_t at(const int64_t* stride, int64_t b, int64_t s, int64_t h) {
@@ -60,8 +60,7 @@ NaiveRow naive_row(const flash_problem& p, const void* q, const void* k, int64_t
 
 }  // namespace
 
-reference::ForwardResult naive_forward(const flash_problem& p, const void* q, const void* k,
-                                       const void* v) {
+ForwardResult naive_forward(const flash_problem& p, const void* q, const void* k, const void* v) {
   reference::ForwardResult r;
   const int64_t dv = p.head_dim_v;
   r.o.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * dv), 0.0);
@@ -88,8 +87,8 @@ reference::ForwardResult naive_forward(const flash_problem& p, const void* q, co
   return r;
 }
 
-reference::BackwardResult naive_backward(const flash_problem& p, const void* q, const void* k,
-                                         const void* v, const void* dout) {
+BackwardResult naive_backward(const flash_problem& p, const void* q, const void* k, const void* v,
+                              const void* dout) {
   reference::BackwardResult r;
   const int64_t dqk = p.head_dim, dv = p.head_dim_v;
   std::vector<float> dq_acc(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * dqk), 0.f);
@@ -142,4 +141,4 @@ reference::BackwardResult naive_backward(const flash_problem& p, const void* q, 
   return r;
 }
 
-}  // namespace flash::test
+}  // namespace flash::reference

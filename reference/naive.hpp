@@ -7,12 +7,11 @@
 #include "dispatch/module_abi.h"
 #include "reference/reference.hpp"
 
-namespace flash::test {
+namespace flash::reference {
 
-reference::ForwardResult naive_forward(const flash_problem& p, const void* q, const void* k,
-                                       const void* v);
+ForwardResult naive_forward(const flash_problem& p, const void* q, const void* k, const void* v);
 
-reference::BackwardResult naive_backward(const flash_problem& p, const void* q, const void* k,
-                                         const void* v, const void* dout);
+BackwardResult naive_backward(const flash_problem& p, const void* q, const void* k, const void* v,
+                              const void* dout);
 
-}  // namespace flash::test
+}  // namespace flash::reference
