@@ -61,6 +61,9 @@ class CudaDevice final : public Device {
     check(cudaMemsetAsync(dst, byte, bytes, stream_), "cudaMemset");
     synchronize();
   }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+  }
   void* stream() override { return stream_; }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   void evict_cache() override {

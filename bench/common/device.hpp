@@ -29,6 +29,10 @@ class Device {
   // Sets every byte; 0xff makes every element NaN in f32, f16 and bf16.
   virtual void fill_bytes(void* device_dst, int byte, size_t bytes) = 0;
 
+  // Copies bytes within this device's memory, as fast as the device copies (all host
+  // threads on the host; queued on stream() on a GPU): the bandwidth ceiling of the
+  // decode benchmark.
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
   // Stream to put in AttentionDesc::stream (null on the host).
   virtual void* stream() = 0;
   // Waits until all work queued on stream() has finished.

@@ -1,0 +1,175 @@
+// flashattn-decode-bench: decode (few query tokens against a long KV cache) on the cuda
+// and cpu backends, in GB/s of the K/V bytes each call reads, beside the device's own
+// copy bandwidth measured in the same run (a device-to-device copy on the GPU, a copy
+// over all host threads on the CPU). Contiguous and paged caches (shuffled pages).
+//
+//   flashattn-decode-bench [--backend cuda|cpu] [--dtype bf16|f16|f32] [--heads-q 32]
+//                          [--heads-kv 8] [--head-dim 128] [--batch 1 8] [--keys 8192 ...]
+//                          [--queries 1 4] [--page 0 64] [--iters 50]
+//
+// GB/s counts K and V once (2 · batch · keys · heads_kv · head_dim · element size); the
+// copy column counts read + write bytes of a copy of that size, like a device copy's
+// bandwidth is usually quoted, so "of copy" compares the two rates directly.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/device.hpp"
+#include "flash/flash.hpp"
+
+namespace {
+
+struct Options {
+  std::vector<std::string> backends = {"cuda", "cpu"};
+  flash::DType dtype = flash::DType::bf16;
+  int64_t heads_q = 32, heads_kv = 8, head_dim = 128;
+  std::vector<int64_t> batch = {1, 8}, keys = {8192, 32768, 131072}, queries = {1, 4},
+                       page = {0, 64};
+  int iters = 50;
+};
+
+std::vector<int64_t> numbers(int& i, int argc, char** argv) {
+  std::vector<int64_t> out;
+  while (i + 1 < argc && argv[i + 1][0] != '-') out.push_back(std::atoll(argv[++i]));
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--backend") {
+      o.backends.clear();
+      while (i + 1 < argc && argv[i + 1][0] != '-') o.backends.push_back(argv[++i]);
+    } else if (a == "--dtype" && i + 1 < argc) {
+      const std::string t = argv[++i];
+      o.dtype = t == "f32"   ? flash::DType::f32
+                : t == "f16" ? flash::DType::f16
+                             : flash::DType::bf16;
+    } else if (a == "--heads-q") {
+      o.heads_q = numbers(i, argc, argv).at(0);
+    } else if (a == "--heads-kv") {
+      o.heads_kv = numbers(i, argc, argv).at(0);
+    } else if (a == "--head-dim") {
+      o.head_dim = numbers(i, argc, argv).at(0);
+    } else if (a == "--batch") {
+      o.batch = numbers(i, argc, argv);
+    } else if (a == "--keys") {
+      o.keys = numbers(i, argc, argv);
+    } else if (a == "--queries") {
+      o.queries = numbers(i, argc, argv);
+    } else if (a == "--page") {
+      o.page = numbers(i, argc, argv);
+    } else if (a == "--iters") {
+      o.iters = static_cast<int>(numbers(i, argc, argv).at(0));
+    } else {
+      std::fprintf(stderr, "unknown argument %s (see the file header for the options)\n",
+                   a.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+// Median over iters of the per-call time of fn, each call timed alone with the last-level
+// cache evicted first: in serving, a layer's KV cache is not in L2 when its turn comes
+// (and 8k keys of one sequence would otherwise fit in an H100's L2).
+double median_ms(bench::Device& dev, int iters, const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  dev.synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    dev.evict_cache();
+    t.push_back(dev.time_ms(fn));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const size_t eb = o.dtype == flash::DType::f32 ? 4 : 2;
+  std::printf(
+      "| backend | dtype | B | Sq | Hq/Hkv | keys | cache | ms | GB/s K+V | copy GB/s | of copy "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& name : o.backends) {
+    const flash::Backend backend = name == "cpu" ? flash::Backend::cpu : flash::Backend::cuda;
+    std::string why;
+    std::unique_ptr<bench::Device> dev = bench::open_device(backend, &why);
+    if (!dev) {
+      std::printf("| %s | skipped: %s |\n", name.c_str(), why.c_str());
+      continue;
+    }
+    for (int64_t sq : o.queries)
+      for (int64_t b : o.batch)
+        for (int64_t keys : o.keys)
+          for (int64_t page : o.page) {
+            const int64_t kv_elems = b * keys * o.heads_kv * o.head_dim;
+            const size_t kv_bytes = static_cast<size_t>(kv_elems) * eb;
+            bench::DeviceBuffer k(*dev, kv_bytes), v(*dev, kv_bytes), copy(*dev, kv_bytes);
+            bench::DeviceBuffer q(*dev, static_cast<size_t>(b * sq * o.heads_q * o.head_dim) * eb);
+            bench::DeviceBuffer out(*dev, q.bytes());
+            dev->fill_bytes(k.data(), 0x3c, kv_bytes);  // finite values (1.0-ish in 16 bits)
+            dev->fill_bytes(v.data(), 0x3c, kv_bytes);
+            dev->fill_bytes(q.data(), 0x3c, q.bytes());
+            flash::AttentionDesc d;
+            d.batch = b;
+            d.seqlen_q = sq;
+            d.seqlen_kv = keys;
+            d.heads_q = o.heads_q;
+            d.heads_kv = o.heads_kv;
+            d.head_dim = o.head_dim;
+            d.dtype = o.dtype;
+            d.causal = true;  // bottom-right: every query token sees the whole cache
+            d.backend = backend;
+            d.stream = dev->stream();
+            bench::DeviceBuffer table;
+            if (page > 0) {
+              const int64_t pps = (keys + page - 1) / page, pages = b * pps;
+              std::vector<int32_t> ids(static_cast<size_t>(pages));
+              std::iota(ids.begin(), ids.end(), 0);
+              std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+              table = bench::DeviceBuffer(*dev, ids.size() * sizeof(int32_t));
+              dev->upload(table.data(), ids.data(), ids.size() * sizeof(int32_t));
+              d.block_table = static_cast<const int32_t*>(table.data());
+              d.page_size = page;
+              d.pages_per_seq = pps;
+              d.num_pages = pages;
+            }
+            double ms = 0;
+            try {
+              ms = median_ms(*dev, o.iters, [&] {
+                flash::attention(d, q.data(), k.data(), v.data(), out.data());
+              });
+            } catch (const flash::Error& e) {
+              std::printf("| %s | error: %s |\n", name.c_str(), e.what());
+              continue;
+            }
+            const double copy_ms = median_ms(*dev, o.iters, [&] {
+              dev->copy_bytes(copy.data(), k.data(), kv_bytes / 2);
+              dev->copy_bytes(static_cast<char*>(copy.data()) + kv_bytes / 2, v.data(),
+                              kv_bytes / 2);
+            });
+            const double gbs = 2.0 * kv_bytes / ms / 1e6;
+            const double copy_gbs = 2.0 * kv_bytes / copy_ms / 1e6;  // read + write of kv_bytes
+            std::printf(
+                "| %s | %s | %lld | %lld | %lld/%lld | %lld | %s | %.4f | %.0f | %.0f | %.2f |\n",
+                name.c_str(), flash::to_string(o.dtype), (long long)b, (long long)sq,
+                (long long)o.heads_q, (long long)o.heads_kv, (long long)keys,
+                page > 0 ? ("paged " + std::to_string(page)).c_str() : "contiguous", ms, gbs,
+                copy_gbs, gbs / copy_gbs);
+            std::fflush(stdout);
+          }
+  }
+  return 0;
+}
