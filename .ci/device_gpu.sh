@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU device machine, one call: build cuda (sm_90a) + hip-on-cuda + cpu; run the
 # cross-backend suite for cuda and hip (every case, forward and backward, all dtypes),
+# the inference suite (packed batches, caches, paged caches, decode, merge),
 # the GPU module checks (ctest), the GPU reliability tests (> 2^31 elements, bad input,
 # the numerics edge cases on cuda/hip), compare_torch.py for cuda and hip-on-cuda, and
 # compute-sanitizer over a reduced grid. Logs under $OUT.
@@ -44,7 +45,7 @@ tally_rc "build" $build_rc
 b=build-device
 tests=$b/tests/flashattn_tests
 rel=$b/tests/reliability/flashattn_reliability_tests
-timeout 500 $tests --gtest_filter='All/Forward.*/cuda_*:All/Forward.*/hip_*:AllTargets/*cuda*:AllTargets/*hip*' \
+timeout 500 $tests --gtest_filter='All/Forward.*/cuda_*:All/Forward.*/hip_*:AllTargets/*cuda*:AllTargets/*hip*:Inference/*cuda*:Inference/*hip*' \
   > "$out/suite_fwd.log" 2>&1 &
 p1=$!
 timeout 500 $tests --gtest_filter='All/Backward.*/cuda_*:All/Backward.*/hip_*' > "$out/suite_bwd.log" 2>&1 &
@@ -93,5 +94,11 @@ else
   grep -E '^[a-z]+ [a-z]+check: rc=' "$out/summary.txt" | cut -c1-160
   [ "$sanitize_rc" -eq 124 ] && fail_step "gpu_sanitize.sh timed out"
 fi
+# The inference kernels (packed batches, paged caches: the decode kernel) under memcheck.
+timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $tests \
+  --gtest_filter='Inference/*.PackedBatches/cuda:Inference/*.PagedCaches/cuda:Inference/*.CacheLengths/cuda' \
+  > "$out/sanitize_inference.log" 2>&1
+tally_rc "memcheck inference suite (cuda)" $?
+tail -3 "$out/sanitize_inference.log"
 echo "device_gpu: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
