@@ -498,10 +498,10 @@ struct CudaBackend {
     }
     const DeviceInfo d = current_device();
     if (const DecodePlan dec = decode_plan(p, d.sms, d.smem_optin); dec.use) {
-      if (p.batch > 65535 || static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
-        return Choice::decline(
-            "cuda backend: decode grid too large (batch = " + std::to_string(p.batch) +
-            " must be <= 65535 and heads_kv x " + "row chunks of 16 query rows <= 65535)");
+      if (static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
+        return Choice::decline("cuda backend: decode grid too large: heads_kv = " +
+                               std::to_string(p.heads_kv) + " x " + std::to_string(dec.row_chunks) +
+                               " row chunks of 16 query rows must be <= 65535");
       if (dec.shape.smem_bytes > d.smem_optin)
         return Choice::decline("cuda backend: " + decode_name(p, dec) + " needs " +
                                std::to_string(dec.shape.smem_bytes) +

@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y % dp.heads_kv, chunk = blockIdx.y / dp.heads_kv;
-  const int64_t b = blockIdx.z;
+  const int64_t b = (int64_t)blockIdx.z + p.batch_offset;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const SequenceRows seq = sequence_rows(p, b, 0);
   const MaskParams& mask = seq.mask;
@@ -329,8 +329,10 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
       const bool visible = key < k_end && key >= lo[m] && key < hi[m];
       x = visible ? x : -INFINITY;  // a hidden key's NaN score never reaches the row
       const float new_max = fmaxf(run_max[m], warp_max(x));
-      const float alpha = new_max == -INFINITY ? 1.f : exp2f((run_max[m] - new_max) * mult);
-      pr[m] = visible ? exp2f((x - new_max) * mult) : 0.f;
+      // While the row has only −inf scores, subtract 0 (−inf − −inf would be NaN).
+      const float max_used = new_max == -INFINITY ? 0.f : new_max;
+      const float alpha = exp2f((run_max[m] - max_used) * mult);
+      pr[m] = visible ? exp2f((x - max_used) * mult) : 0.f;
       run_max[m] = new_max;
       l_part[m] = l_part[m] * alpha + pr[m];
 #pragma unroll
@@ -387,7 +389,7 @@ template <class T, int kDim, int kM>
 __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams dp) {
   const FwdParams& p = dp.f;
   const int kv_head = blockIdx.x % dp.heads_kv, chunk = blockIdx.x / dp.heads_kv;
-  const int64_t b = blockIdx.y;
+  const int64_t b = (int64_t)blockIdx.y + p.batch_offset;
   const SequenceRows seq = sequence_rows(p, b, 0);
   const int rows_total = seq.mask.seqlen_q * p.group, row0 = chunk * kM;
   const int64_t part0 = ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits;

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y % dp.heads_kv, chunk = blockIdx.y / dp.heads_kv;
-  const int64_t b = blockIdx.z;
+  const int64_t b = (int64_t)blockIdx.z + p.batch_offset;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, tig = lane % 4;
   const SequenceRows seq = sequence_rows(p, b, 0);
@@ -315,10 +315,15 @@ void allow_dynamic_smem_once(int bytes) {
 // f32 on the plain-FMA decode_split_kernel (rows per block 4 or 16, decode.hpp).
 template <class T>
 void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream) {
-  const dim3 grid(dp.splits, dp.heads_kv * dp.row_chunks, batch);
+  // Sequences on grid z (and y of the combine), in launches of at most 65535.
   const auto run = [&](auto kernel, int threads, int smem, auto combine) {
-    kernel<<<grid, threads, smem, stream>>>(dp);
-    if (dp.splits > 1) combine<<<dim3(dp.heads_kv * dp.row_chunks, batch), 128, 0, stream>>>(dp);
+    for (int b0 = 0; b0 < batch; b0 += 65535) {
+      DecodeParams part = dp;
+      part.f.batch_offset = b0;
+      const int n = std::min(batch - b0, 65535);
+      kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
+      if (dp.splits > 1) combine<<<dim3(dp.heads_kv * dp.row_chunks, n), 128, 0, stream>>>(part);
+    }
   };
   const auto shape = [&](auto dim_tag, auto rows_tag) {
     constexpr int kD = decltype(dim_tag)::value;
