@@ -52,4 +52,16 @@ __device__ __forceinline__ SequenceRows sequence_rows(const FwdParams& p, int64_
   return r;
 }
 
+// The dense case of sequence_rows (no arrays): batch strides, the launch's mask.
+__device__ __forceinline__ SequenceRows dense_rows(const FwdParams& p, int64_t batch, int head) {
+  SequenceRows r;
+  r.mask = p.mask;
+  r.q = batch * p.q_stride[0];
+  r.o = batch * p.o_stride[0];
+  r.k = batch * p.k_stride[0];
+  r.v = batch * p.v_stride[0];
+  r.lse = (batch * p.heads_q + head) * p.mask.seqlen_q;
+  return r;
+}
+
 }  // namespace flash::cuda
