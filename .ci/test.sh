@@ -17,3 +17,4 @@ if ldd build/install/lib/libflashattn.so | grep -Ei 'cuda|hip|amdhip'; then
 fi
 build/examples/attention_example
 build/examples/install_check
+build/examples/inference_example
