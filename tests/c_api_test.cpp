@@ -9,6 +9,8 @@
 
 extern "C" int flash_c_check_run(float* out_first);
 extern "C" int flash_c_check_bad(int which);
+extern "C" int flash_c_check_inference(float* max_diff);
+extern "C" int flash_c_check_bad_page(void);
 
 namespace {
 
@@ -35,6 +37,15 @@ TEST(CApi, LastErrorIsPerThread) {
   std::thread([&] { other = flash_last_error(); }).join();
   EXPECT_EQ(other, "");
   EXPECT_NE(std::string(flash_last_error()), "");
+}
+
+TEST(CApi, InferenceFieldsAndMerge) {
+  float diff = -1;
+  EXPECT_EQ(flash_c_check_inference(&diff), FLASH_STATUS_OK) << flash_last_error();
+  EXPECT_EQ(diff, 0.0f) << "merge with an empty part changed the result";
+  EXPECT_EQ(flash_c_check_bad_page(), FLASH_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flash_last_error()).find("page_size = 16"), std::string::npos)
+      << flash_last_error();
 }
 
 }  // namespace
