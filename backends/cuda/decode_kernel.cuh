@@ -1,6 +1,8 @@
 // Split-KV decode forward (flash-decoding) for few query rows against long, possibly
-// paged, KV caches. Chosen by choose() when seqlen_q x (heads_q / heads_kv) <= 16, and
-// for every paged cache (block_table).
+// paged, KV caches: the f32 kernel (plain FMAs) and what both decode kernels share
+// (DecodeParams, the block epilogue, the split combine). choose() takes the decode path
+// when seqlen_q x (heads_q / heads_kv) <= kDecodeMaxRows and for every paged cache;
+// f16/bf16 run decode_mma_kernel.cuh.
 //
 // Algorithm. A block owns (split, kv head, row chunk, sequence): the keys of one split
 // of the sequence and up to kM query rows, which are the query heads sharing the kv head
@@ -17,7 +19,8 @@
 // masked), lengths are clamped to the declared maxima (sequence.cuh).
 // Tolerance class: f32 scores and accumulation, exact exponent form (s - max)·scale·log2e
 // as the forward kernels; one rounding of o to the storage dtype.
-// Speed: see bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_split_* kernels.
+// Speed: not measured for f32 (bf16/f16: bench/RESULTS.md, issue 14).
+// Run: FLASH_LOG=1 names decode_fma_* kernels; flashattn-decode-bench --dtype f32.
 #pragma once
 
 #include <cuda_runtime.h>
