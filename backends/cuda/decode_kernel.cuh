@@ -387,37 +387,43 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
 }
 
 // Merges the splits of each row: lse = ln Σ exp(lse_s), o = Σ exp(lse_s − lse)·o_s.
-// One block per (kv head · row chunk, sequence).
+// One block per (row, kv head · row chunk, sequence), threads over head_dim_v: the
+// splits of a row are read by neighbouring threads (coalesced). (One block per kv head,
+// looping over its rows, took as long as the split kernel itself at B = 1: 8 blocks.)
 template <class T, int kDim, int kM>
 __global__ void __launch_bounds__(128) decode_combine_kernel(const DecodeParams dp) {
   const FwdParams& p = dp.f;
-  const int kv_head = blockIdx.x % dp.heads_kv, chunk = blockIdx.x / dp.heads_kv;
+  const int m = blockIdx.x % kM, unit = blockIdx.x / kM;
+  const int kv_head = unit % dp.heads_kv, chunk = unit / dp.heads_kv;
   const int64_t b = (int64_t)blockIdx.y + p.batch_offset;
   const SequenceRows seq = sequence_rows(p, b, 0);
-  const int rows_total = seq.mask.seqlen_q * p.group, row0 = chunk * kM;
+  const int rows_total = seq.mask.seqlen_q * p.group, r = chunk * kM + m;
+  if (r >= rows_total) return;
   const int64_t part0 = ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits;
-  for (int idx = threadIdx.x; idx < kM * kDim; idx += blockDim.x) {
-    const int m = idx / kDim, d = idx % kDim, r = row0 + m;
-    if (r >= rows_total || d >= p.head_dim_v) continue;
-    float mx = -INFINITY;
-    for (int s = 0; s < dp.splits; ++s) mx = nan_max(mx, dp.part_lse[(part0 + s) * kM + m]);
-    float sum = 0.f, o = 0.f;
-    if (mx != -INFINITY)
+  float mx = -INFINITY;
+  for (int s = 0; s < dp.splits; ++s) mx = nan_max(mx, dp.part_lse[(part0 + s) * kM + m]);
+  float sum = 0.f;
+  if (mx != -INFINITY)
+    for (int s = 0; s < dp.splits; ++s) {
+      const float l = dp.part_lse[(part0 + s) * kM + m];
+      if (l != -INFINITY) sum += __expf(l - mx);
+    }
+  const bool empty = mx == -INFINITY;
+  const DecodeRow row = decode_row(r, kv_head, p.group);
+  T* out = static_cast<T*>(p.o) + seq.o + (int64_t)row.i * p.o_stride[1] +
+           (int64_t)row.head * p.o_stride[2];
+  for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+    float o = 0.f;
+    if (!empty)
       for (int s = 0; s < dp.splits; ++s) {
         const float l = dp.part_lse[(part0 + s) * kM + m];
         if (l == -INFINITY) continue;
-        const float w = __expf(l - mx);
-        sum += w;
-        o += w * dp.part_o[((part0 + s) * kM + m) * kDim + d];
+        o += __expf(l - mx) * dp.part_o[((part0 + s) * kM + m) * kDim + d];
       }
-    const bool empty = mx == -INFINITY;
-    const DecodeRow row = decode_row(r, kv_head, p.group);
-    static_cast<T*>(
-        p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
-        from_f32<T>(empty ? 0.f : o / sum);
-    if (d == 0 && p.lse)
-      p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
+    out[d] = from_f32<T>(empty ? 0.f : o / sum);
   }
+  if (threadIdx.x == 0 && p.lse)
+    p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
 }
 
 }  // namespace flash::cuda

@@ -316,13 +316,14 @@ void allow_dynamic_smem_once(int bytes) {
 template <class T>
 void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream) {
   // Sequences on grid z (and y of the combine), in launches of at most 65535.
-  const auto run = [&](auto kernel, int threads, int smem, auto combine) {
+  const auto run = [&](auto kernel, int threads, int smem, auto combine, int rows_per_block) {
     for (int b0 = 0; b0 < batch; b0 += 65535) {
       DecodeParams part = dp;
       part.f.batch_offset = b0;
       const int n = std::min(batch - b0, 65535);
       kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
-      if (dp.splits > 1) combine<<<dim3(dp.heads_kv * dp.row_chunks, n), 128, 0, stream>>>(part);
+      if (dp.splits > 1)
+        combine<<<dim3(rows_per_block * dp.heads_kv * dp.row_chunks, n), 128, 0, stream>>>(part);
     }
   };
   const auto shape = [&](auto dim_tag, auto rows_tag) {
@@ -331,11 +332,13 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       constexpr int kM = decltype(rows_tag)::value;
       using S = DecodeShape<T, kD, kM>;
       allow_dynamic_smem_once<decode_split_kernel<T, S>>(S::kSmemBytes);
-      run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, kM>);
+      run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, kM>,
+          kM);
     } else {
       using S = DecodeMmaShape<T, kD>;
       allow_dynamic_smem_once<decode_mma_kernel<T, S>>(S::kSmemBytes);
-      run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, S::kM>);
+      run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, S::kM>,
+          S::kM);
     }
   };
   using Small = std::integral_constant<int, kDecodeRowsSmall>;
