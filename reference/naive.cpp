@@ -1,5 +1,6 @@
 #include "reference/naive.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
