@@ -8,20 +8,20 @@
 //                          [--queries 1 4] [--page 0 64] [--iters 50]
 //
 // GB/s counts K and V once (2 · batch · keys · heads_kv · head_dim · element size); the
-// copy column counts read + write bytes of a copy of that size, like a device copy's
-// bandwidth is usually quoted, so "of copy" compares the two rates directly.
-#include <algorithm>
+// copy column is bench::copy_gbps of the same bytes (read + write of a copy of half of
+// them, as a device copy's bandwidth is usually quoted), so "of copy" compares the two
+// rates directly. flashattn-compare measures decode the same way, beside the reference.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "common/copy_ceiling.hpp"
 #include "common/device.hpp"
+#include "common/problem.hpp"
+#include "common/timing.hpp"
 #include "flash/flash.hpp"
 
 namespace {
@@ -78,19 +78,15 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Median over iters of the per-call time of fn, each call timed alone with the last-level
-// cache evicted first: in serving, a layer's KV cache is not in L2 when its turn comes
-// (and 8k keys of one sequence would otherwise fit in an H100's L2).
-double median_ms(bench::Device& dev, int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  dev.synchronize();
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    dev.evict_cache();
-    t.push_back(dev.time_ms(fn));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+// Each call timed alone with the last-level cache evicted first: in serving, a layer's KV
+// cache is not in L2 when its turn comes (and 8k keys of one sequence would otherwise fit
+// in an H100's L2).
+bench::TimingPlan timing_plan(int iters) {
+  bench::TimingPlan plan;
+  plan.warmup = 3;
+  plan.max_runs = iters;
+  plan.max_seconds = 1e9;  // always iters runs
+  return plan;
 }
 
 }  // namespace
@@ -116,7 +112,7 @@ int main(int argc, char** argv) {
           for (int64_t page : o.page) {
             const int64_t kv_elems = b * keys * o.heads_kv * o.head_dim;
             const size_t kv_bytes = static_cast<size_t>(kv_elems) * eb;
-            bench::DeviceBuffer k(*dev, kv_bytes), v(*dev, kv_bytes), copy(*dev, kv_bytes);
+            bench::DeviceBuffer k(*dev, kv_bytes), v(*dev, kv_bytes);
             bench::DeviceBuffer q(*dev, static_cast<size_t>(b * sq * o.heads_q * o.head_dim) * eb);
             bench::DeviceBuffer out(*dev, q.bytes());
             dev->fill_bytes(k.data(), 0x3c, kv_bytes);  // finite values (1.0-ish in 16 bits)
@@ -136,9 +132,7 @@ int main(int argc, char** argv) {
             bench::DeviceBuffer table;
             if (page > 0) {
               const int64_t pps = (keys + page - 1) / page, pages = b * pps;
-              std::vector<int32_t> ids(static_cast<size_t>(pages));
-              std::iota(ids.begin(), ids.end(), 0);
-              std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+              const std::vector<int32_t> ids = bench::shuffled_pages(pages, 7);
               table = bench::DeviceBuffer(*dev, ids.size() * sizeof(int32_t));
               dev->upload(table.data(), ids.data(), ids.size() * sizeof(int32_t));
               d.block_table = static_cast<const int32_t*>(table.data());
@@ -148,20 +142,15 @@ int main(int argc, char** argv) {
             }
             double ms = 0;
             try {
-              ms = median_ms(*dev, o.iters, [&] {
+              ms = bench::median(bench::time_calls(*dev, timing_plan(o.iters), [&] {
                 flash::attention(d, q.data(), k.data(), v.data(), out.data());
-              });
+              }));
             } catch (const flash::Error& e) {
               std::printf("| %s | error: %s |\n", name.c_str(), e.what());
               continue;
             }
-            const double copy_ms = median_ms(*dev, o.iters, [&] {
-              dev->copy_bytes(copy.data(), k.data(), kv_bytes / 2);
-              dev->copy_bytes(static_cast<char*>(copy.data()) + kv_bytes / 2, v.data(),
-                              kv_bytes / 2);
-            });
             const double gbs = 2.0 * kv_bytes / ms / 1e6;
-            const double copy_gbs = 2.0 * kv_bytes / copy_ms / 1e6;  // read + write of kv_bytes
+            const double copy_gbs = bench::copy_gbps(*dev, 2.0 * kv_bytes, timing_plan(o.iters));
             std::printf(
                 "| %s | %s | %lld | %lld | %lld/%lld | %lld | %s | %.4f | %.0f | %.0f | %.2f |\n",
                 name.c_str(), flash::to_string(o.dtype), (long long)b, (long long)sq,

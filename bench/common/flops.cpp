@@ -41,17 +41,30 @@ double counted_pairs(const flash::AttentionDesc& d) {
 
 double forward_flops(const flash::AttentionDesc& d) {
   const double dims = static_cast<double>(d.head_dim + value_dim(d));
-  return kFlopsPerMultiplyAdd * dims * static_cast<double>(d.batch * d.heads_q) * counted_pairs(d);
+  const double per_pair = kFlopsPerMultiplyAdd * dims * static_cast<double>(d.heads_q);
+  if (!has_sequence_arrays(d)) return per_pair * static_cast<double>(d.batch) * counted_pairs(d);
+  double pairs = 0.0;
+  for (int64_t b = 0; b < d.batch; ++b) pairs += counted_pairs(dense_sequence(d, b));
+  return per_pair * pairs;
 }
 
 double backward_flops(const flash::AttentionDesc& d) {
   return kBackwardWorkRatio * forward_flops(d);
 }
 
+double kv_bytes_read(const flash::AttentionDesc& d) {
+  int64_t keys = 0;
+  if (!has_sequence_arrays(d) && d.batch > 0)
+    keys = d.batch * keys_read(d, 0);  // every sequence alike
+  else
+    for (int64_t b = 0; b < d.batch; ++b) keys += keys_read(d, b);
+  const double row = static_cast<double>(d.heads_kv * (d.head_dim + value_dim(d)));
+  return static_cast<double>(element_size(d.dtype)) * row * static_cast<double>(keys);
+}
+
 double forward_bytes(const flash::AttentionDesc& d, bool with_lse) {
   const double e = static_cast<double>(element_size(d.dtype));
-  double bytes =
-      e * static_cast<double>(q_elements(d) + k_elements(d) + v_elements(d) + o_elements(d));
+  double bytes = e * static_cast<double>(q_elements(d) + o_elements(d)) + kv_bytes_read(d);
   if (with_lse) bytes += sizeof(float) * static_cast<double>(lse_elements(d));
   return bytes;
 }

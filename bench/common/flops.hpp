@@ -11,10 +11,15 @@
 //     visible pairs under the bottom-right aligned mask, so a decode step
 //     (Sq = 1, causal) counts all Sk keys instead of half of them.
 // Softcap's tanh and the softmax exponentials are not counted (as upstream).
+// Packed batches and caches count each sequence with its own lengths (Sq_b, Sk_b).
 //
 // Bytes: the compulsory traffic, each tensor read or written once:
-//   forward  reads q, k, v and writes o (+ lse when requested);
+//   forward  reads q, the K/V rows some query sees (kv_bytes_read) and writes o (+ lse
+//            when requested);
 //   backward reads q, k, v, o, dout, lse and writes dq, dk, dv.
+// kv_bytes_read is what a decode step's speed is measured in: per sequence, the keys
+// at least one of its rows sees (keys_read, sequences.hpp), K and V once, over the kv
+// heads; a cache's unused capacity and a paged pool's other pages are not counted.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,7 @@ double counted_pairs(const flash::AttentionDesc& d);
 double forward_flops(const flash::AttentionDesc& d);
 double backward_flops(const flash::AttentionDesc& d);
 
+double kv_bytes_read(const flash::AttentionDesc& d);
 double forward_bytes(const flash::AttentionDesc& d, bool with_lse);
 double backward_bytes(const flash::AttentionDesc& d);
 

@@ -10,6 +10,7 @@
 #include "common/dtype.hpp"
 #include "common/flops.hpp"
 #include "common/problem.hpp"
+#include "common/sequences.hpp"
 #include "reference/dtype.hpp"
 #include "reference/naive.hpp"
 
@@ -22,9 +23,12 @@ constexpr int64_t kRowBlockSlices = 2;
 
 int64_t group_size(const flash::AttentionDesc& d) { return d.heads_q / d.heads_kv; }
 
-// The reference sub-problem for rows [r0, r1) and keys [0, keys) of one slice.
+// The reference sub-problem for rows [r0, r1) and keys [0, keys) of one slice: dense,
+// whatever layout the sequence has in the problem's tensors (gathered into it).
 flash::AttentionDesc sub_problem(const flash::AttentionDesc& d, int64_t rows, int64_t keys) {
   flash::AttentionDesc s = d;
+  s.cu_seqlens_q = s.cu_seqlens_kv = s.seqlens_kv = s.block_table = nullptr;
+  s.page_size = s.pages_per_seq = s.num_pages = 0;
   s.batch = 1;
   s.seqlen_q = rows;
   s.seqlen_kv = keys;
@@ -44,16 +48,32 @@ double reference_work(const flash::AttentionDesc& d, int64_t rows, int64_t keys,
   return forward_flops(s) + (backward ? backward_flops(s) : 0.0);
 }
 
-// Copies rows [r0, r0 + rows) of heads [h0, h0 + heads) of batch entry b from a packed
-// [B, S, H, dim] tensor in dtype into a packed f32 [rows, heads, dim] tensor.
-std::vector<float> gather(const std::vector<unsigned char>& src, flash::DType dtype, int64_t S,
-                          int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows, int64_t h0,
+// Rows of the q/o (or dq) buffers that hold rows [r0, r0 + count) of sequence b.
+std::vector<int64_t> query_rows(const flash::AttentionDesc& d, int64_t b, int64_t r0,
+                                int64_t count) {
+  std::vector<int64_t> rows(static_cast<size_t>(count));
+  const int64_t begin = sequence_rows(d, b).q_begin + r0;
+  for (int64_t i = 0; i < count; ++i) rows[static_cast<size_t>(i)] = begin + i;
+  return rows;
+}
+
+// Rows of the k/v (or dk/dv) buffers that hold keys [0, count) of sequence b.
+std::vector<int64_t> key_rows(const flash::AttentionDesc& d, int64_t b, int64_t count) {
+  std::vector<int64_t> rows(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) rows[static_cast<size_t>(j)] = key_row(d, b, j);
+  return rows;
+}
+
+// Copies the given rows, heads [h0, h0 + heads), of a packed [rows, H, dim] tensor in
+// dtype into a packed f32 [rows.size(), heads, dim] tensor.
+std::vector<float> gather(const std::vector<unsigned char>& src, flash::DType dtype, int64_t H,
+                          int64_t dim, const std::vector<int64_t>& rows, int64_t h0,
                           int64_t heads) {
-  std::vector<float> out(static_cast<size_t>(rows * heads * dim));
+  std::vector<float> out(rows.size() * static_cast<size_t>(heads * dim));
   size_t o = 0;
-  for (int64_t i = 0; i < rows; ++i)
+  for (int64_t row : rows)
     for (int64_t h = 0; h < heads; ++h) {
-      const size_t base = static_cast<size_t>(((b * S + r0 + i) * H + h0 + h) * dim);
+      const size_t base = static_cast<size_t>((row * H + h0 + h) * dim);
       for (int64_t x = 0; x < dim; ++x) out[o++] = load_as_float(src.data(), base + x, dtype);
     }
   return out;
@@ -74,15 +94,15 @@ struct ErrorStats {
   double relative() const { return max_expected > 0.0 ? max_error / max_expected : max_error; }
 };
 
-// Compares expected [rows, heads, dim] with rows [r0, ...) of heads [h0, ...) of
-// batch entry b in the packed [B, S, H, dim] output.
-void compare(const std::vector<float>& out, const std::vector<float>& expected, int64_t S,
-             int64_t H, int64_t dim, int64_t b, int64_t r0, int64_t rows, int64_t h0, int64_t heads,
+// Compares expected [rows.size(), heads, dim] with the given rows, heads [h0, ...), of
+// the packed [rows, H, dim] output.
+void compare(const std::vector<float>& out, const std::vector<float>& expected, int64_t H,
+             int64_t dim, const std::vector<int64_t>& rows, int64_t h0, int64_t heads,
              ErrorStats& stats) {
   size_t e = 0;
-  for (int64_t i = 0; i < rows; ++i)
+  for (int64_t row : rows)
     for (int64_t h = 0; h < heads; ++h) {
-      const size_t base = static_cast<size_t>(((b * S + r0 + i) * H + h0 + h) * dim);
+      const size_t base = static_cast<size_t>((row * H + h0 + h) * dim);
       for (int64_t x = 0; x < dim; ++x) stats.add(out[base + x], expected[e++]);
     }
 }
@@ -184,42 +204,66 @@ double relative_epsilon(flash::DType dtype) {
 Oracle::Oracle(const flash::AttentionDesc& desc, bool backward, const HostInputs& inputs,
                double flop_budget)
     : desc_(desc), backward_(backward) {
-  // Slices rest on whole GQA groups; other invalid fields are left to the library,
-  // whose flash::Error the reference's first call raises.
-  if (desc.heads_kv <= 0 || desc.heads_q % desc.heads_kv != 0)
-    throw flash::Error("flash: heads_q = " + std::to_string(desc.heads_q) +
-                       " is invalid; must be a multiple of heads_kv = " +
-                       std::to_string(desc.heads_kv) + " (GQA/MQA)");
-  const int64_t Sq = desc.seqlen_q, Sk = desc.seqlen_kv;
+  // The reference's own checks first (sizes, GQA, inference fields and the host arrays'
+  // contents, forward-only fields in a backward): the samples below rest on them.
+  flash::AttentionDesc as_reference = desc;
+  as_reference.backend = flash::Backend::reference;
+  as_reference.stream = nullptr;
+  as_reference.lse = nullptr;
+  flash::explain(as_reference, backward);
+
   const int64_t slices = desc.batch * desc.heads_kv;
-  const double slice_work = reference_work(desc, Sq, Sk, backward);
   auto slice_block = [&](int64_t index, int64_t r0, int64_t r1, int64_t keys) {
     return Block{index / desc.heads_kv, index % desc.heads_kv, r0, r1, keys, {}, {}, {}, {}};
   };
+  auto sequence_of = [&](int64_t index) { return sequence_rows(desc, index / desc.heads_kv); };
+  auto slice_work = [&](int64_t index) {
+    const SequenceRows s = sequence_of(index);
+    return reference_work(desc, s.q_len, s.kv_len, backward);
+  };
+  // Slices of sequences with no query rows have nothing to check.
+  std::vector<int64_t> candidates;
+  double total_work = 0.0, max_work = 0.0;
+  for (int64_t i = 0; i < slices; ++i) {
+    if (sequence_of(i).q_len == 0) continue;
+    candidates.push_back(i);
+    total_work += slice_work(i);
+    max_work = std::max(max_work, slice_work(i));
+  }
+  const int64_t n_candidates = static_cast<int64_t>(candidates.size());
   std::ostringstream coverage;
 
-  if (static_cast<double>(slices) * slice_work <= flop_budget) {
-    for (int64_t i = 0; i < slices; ++i) blocks_.push_back(slice_block(i, 0, Sq, Sk));
+  if (total_work <= flop_budget) {
+    for (int64_t i : candidates) {
+      const SequenceRows s = sequence_of(i);
+      blocks_.push_back(slice_block(i, 0, s.q_len, s.kv_len));
+    }
     coverage << "all rows";
-  } else if (slice_work <= flop_budget) {
+  } else if (max_work <= flop_budget) {
     // Whole slices spread evenly over (batch, kv head), first and last included.
     const int64_t n = std::max<int64_t>(
-        1, std::min<int64_t>(slices, static_cast<int64_t>(flop_budget / slice_work)));
+        1, std::min<int64_t>(n_candidates, static_cast<int64_t>(flop_budget / max_work)));
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t index = n == 1 ? 0 : i * (slices - 1) / (n - 1);
-      blocks_.push_back(slice_block(index, 0, Sq, Sk));
+      const int64_t index = candidates[n == 1 ? 0 : i * (n_candidates - 1) / (n - 1)];
+      const SequenceRows s = sequence_of(index);
+      blocks_.push_back(slice_block(index, 0, s.q_len, s.kv_len));
     }
     coverage << n << " of " << slices << " (batch, kv-head) slices";
   } else {
     const bool can_drop_keys = desc.causal || desc.window_right == 0;
     const int64_t blocks_per_slice = can_drop_keys ? 3 : 1;
-    const int64_t sampled_slices = std::min(slices, kRowBlockSlices);
-    // Upper bound on a row's work: it sees at most all Sk keys.
-    const double row_work = reference_work(desc, 1, Sk, backward);
-    const int64_t rows = std::clamp<int64_t>(
-        static_cast<int64_t>(flop_budget / (row_work * blocks_per_slice * sampled_slices)), 1, Sq);
-    for (int64_t s = 0; s < sampled_slices; ++s) {
-      const int64_t index = s == 0 ? 0 : slices - 1;
+    const int64_t sampled_slices = std::min(n_candidates, kRowBlockSlices);
+    int64_t rows_per_block = 0;
+    for (int64_t k = 0; k < sampled_slices; ++k) {
+      const int64_t index = k == 0 ? candidates.front() : candidates.back();
+      const SequenceRows s = sequence_of(index);
+      const int64_t Sq = s.q_len, Sk = s.kv_len;
+      // Upper bound on a row's work: it sees at most all Sk keys.
+      const double row_work = reference_work(desc, 1, Sk, backward);
+      const int64_t rows = std::clamp<int64_t>(
+          static_cast<int64_t>(flop_budget / (row_work * blocks_per_slice * sampled_slices)), 1,
+          Sq);
+      rows_per_block = std::max(rows_per_block, rows);
       blocks_.push_back(slice_block(index, Sq - rows, Sq, Sk));  // last rows, all keys
       if (!can_drop_keys) continue;
       for (int64_t r1 : {rows, (Sq + rows) / 2}) {  // first rows, middle rows
@@ -227,7 +271,7 @@ Oracle::Oracle(const flash::AttentionDesc& desc, bool backward, const HostInputs
         if (keys >= 1 && r1 < Sq) blocks_.push_back(slice_block(index, r1 - rows, r1, keys));
       }
     }
-    coverage << (backward ? "dq only, " : "") << blocks_.size() << " blocks of " << rows
+    coverage << (backward ? "dq only, " : "") << blocks_.size() << " blocks of " << rows_per_block
              << " rows in " << sampled_slices << " of " << slices << " slices";
   }
   coverage_ = coverage.str();
@@ -240,12 +284,12 @@ void Oracle::solve(Block& block, const HostInputs& in) {
   const int64_t rows = block.row_end - block.row_begin;
   const flash::AttentionDesc sub = sub_problem(d, rows, block.keys);
   const int64_t h0 = block.kv_head * g;
-  const std::vector<float> q = gather(in.q, d.dtype, d.seqlen_q, d.heads_q, d.head_dim, block.b,
-                                      block.row_begin, rows, h0, g);
-  const std::vector<float> k = gather(in.k, d.dtype, d.seqlen_kv, d.heads_kv, d.head_dim, block.b,
-                                      0, block.keys, block.kv_head, 1);
-  const std::vector<float> v =
-      gather(in.v, d.dtype, d.seqlen_kv, d.heads_kv, Dv, block.b, 0, block.keys, block.kv_head, 1);
+  const std::vector<int64_t> q_at = query_rows(d, block.b, block.row_begin, rows);
+  const std::vector<int64_t> kv_at = key_rows(d, block.b, block.keys);
+  const std::vector<float> q = gather(in.q, d.dtype, d.heads_q, d.head_dim, q_at, h0, g);
+  const std::vector<float> k =
+      gather(in.k, d.dtype, d.heads_kv, d.head_dim, kv_at, block.kv_head, 1);
+  const std::vector<float> v = gather(in.v, d.dtype, d.heads_kv, Dv, kv_at, block.kv_head, 1);
   block.o.assign(static_cast<size_t>(rows * g * Dv), 0.0f);
 
   using Clock = std::chrono::steady_clock;
@@ -261,8 +305,7 @@ void Oracle::solve(Block& block, const HostInputs& in) {
   flash::AttentionDesc forward = sub;
   forward.lse = lse.data();
   flash::attention(forward, q.data(), k.data(), v.data(), block.o.data());
-  const std::vector<float> dout =
-      gather(in.dout, d.dtype, d.seqlen_q, d.heads_q, Dv, block.b, block.row_begin, rows, h0, g);
+  const std::vector<float> dout = gather(in.dout, d.dtype, d.heads_q, Dv, q_at, h0, g);
   block.dq.assign(q.size(), 0.0f);
   block.dk.assign(k.size(), 0.0f);
   block.dv.assign(v.size(), 0.0f);
@@ -278,6 +321,11 @@ void Oracle::solve(Block& block, const HostInputs& in) {
   track_max_difference(naive.dv, block.dv, naive_error_[kDv]);
 }
 
+bool Oracle::whole_slice(const Block& b) const {
+  const SequenceRows s = sequence_rows(desc_, b.b);
+  return b.row_begin == 0 && b.row_end == s.q_len && b.keys == s.kv_len;
+}
+
 CheckResult Oracle::check(Workload& workload) const {
   CheckResult result;
   result.coverage = coverage_;
@@ -288,19 +336,20 @@ CheckResult Oracle::check(Workload& workload) const {
   if (!backward_) {
     const std::vector<float> o = workload.read_as_float(Tensor::o);
     for (const Block& b : blocks_)
-      compare(o, b.o, d.seqlen_q, d.heads_q, Dv, b.b, b.row_begin, b.row_end - b.row_begin,
+      compare(o, b.o, d.heads_q, Dv, query_rows(d, b.b, b.row_begin, b.row_end - b.row_begin),
               b.kv_head * g, g, stats[kO]);
   } else {
     const std::vector<float> dq = workload.read_as_float(Tensor::dq);
     const std::vector<float> dk = workload.read_as_float(Tensor::dk);
     const std::vector<float> dv = workload.read_as_float(Tensor::dv);
     for (const Block& b : blocks_) {
-      compare(dq, b.dq, d.seqlen_q, d.heads_q, d.head_dim, b.b, b.row_begin,
-              b.row_end - b.row_begin, b.kv_head * g, g, stats[kDq]);
+      compare(dq, b.dq, d.heads_q, d.head_dim,
+              query_rows(d, b.b, b.row_begin, b.row_end - b.row_begin), b.kv_head * g, g,
+              stats[kDq]);
       if (!whole_slice(b)) continue;
-      compare(dk, b.dk, d.seqlen_kv, d.heads_kv, d.head_dim, b.b, 0, d.seqlen_kv, b.kv_head, 1,
-              stats[kDk]);
-      compare(dv, b.dv, d.seqlen_kv, d.heads_kv, Dv, b.b, 0, d.seqlen_kv, b.kv_head, 1, stats[kDv]);
+      const std::vector<int64_t> kv_at = key_rows(d, b.b, b.keys);
+      compare(dk, b.dk, d.heads_kv, d.head_dim, kv_at, b.kv_head, 1, stats[kDk]);
+      compare(dv, b.dv, d.heads_kv, Dv, kv_at, b.kv_head, 1, stats[kDv]);
     }
   }
   // One magnitude for all outputs (as the tests): a gradient can be exactly zero

@@ -13,6 +13,10 @@
 //    mask is unchanged. Dropping the keys past Sk - Sq + r1 is exact only when no row can see past
 //    its diagonal (causal, or window_right = 0); otherwise only the last block (r1 = Sq, all keys)
 //    is used.
+// Packed batches, caches with lengths and paged caches (sequences.hpp) are sampled the
+// same way per sequence, with that sequence's lengths: a slice's rows and keys are
+// gathered from wherever they lie (pages included) into a dense sub-problem, so the
+// expected values never go through the layout code under test.
 // The reference runs in f32 on the widened inputs (f16/bf16 widen exactly), so the
 // expected values carry no rounding of the dtype under test.
 //
@@ -45,7 +49,9 @@ struct CheckResult {
 class Oracle {
  public:
   // Solves the sampled sub-problems with the reference backend. flop_budget bounds
-  // the reference's work (forward FLOPs, + backward FLOPs for a backward).
+  // the reference's work (forward FLOPs, + backward FLOPs for a backward). desc's
+  // inference arrays are host memory and must outlive the Oracle. Throws flash::Error
+  // for a problem the reference refuses (the message names the field).
   Oracle(const flash::AttentionDesc& desc, bool backward, const HostInputs& inputs,
          double flop_budget);
 
@@ -60,8 +66,8 @@ class Oracle {
   bool checked() const { return !blocks_.empty(); }
 
  private:
-  // One sub-problem: batch entry b, KV head kv_head, query rows [row_begin, row_end),
-  // keys [0, keys); expected outputs packed as [rows, group, dim] / [keys, 1, dim].
+  // One sub-problem: sequence b, KV head kv_head, its query rows [row_begin, row_end),
+  // its keys [0, keys); expected outputs packed as [rows, group, dim] / [keys, 1, dim].
   struct Block {
     int64_t b, kv_head, row_begin, row_end, keys;
     std::vector<float> o, dq, dk, dv;
@@ -71,9 +77,7 @@ class Oracle {
 
   void solve(Block& block, const HostInputs& inputs);
   // dk and dv sum over all rows: only a whole slice has their exact values.
-  bool whole_slice(const Block& b) const {
-    return b.row_begin == 0 && b.row_end == desc_.seqlen_q && b.keys == desc_.seqlen_kv;
-  }
+  bool whole_slice(const Block& b) const;
 
   flash::AttentionDesc desc_;
   bool backward_;

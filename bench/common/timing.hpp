@@ -2,6 +2,7 @@
 // cache was evicted, so no call finds the previous call's inputs in L2.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "common/device.hpp"
@@ -15,7 +16,12 @@ struct TimingPlan {
   double max_seconds = 2.0;  // stop earlier once this much was spent (at least 1 run)
 };
 
-// Milliseconds of each timed call, in call order.
+// Milliseconds of each timed call of fn (work it queues on device.stream()), in call
+// order, after plan.warmup untimed calls.
+std::vector<double> time_calls(Device& device, const TimingPlan& plan,
+                               const std::function<void()>& fn);
+
+// time_calls of workload.run(), after workload.prepare().
 std::vector<double> time_workload(Workload& workload, Device& device, const TimingPlan& plan);
 
 double median(std::vector<double> values);

@@ -71,6 +71,18 @@ Workload::Workload(const flash::AttentionDesc& desc, bool backward, Device& devi
     for (DeviceBuffer* b : {&lse_, &dq_, &dk_, &dv_})
       device.fill_bytes(b->data(), kNanByte, b->bytes());
   }
+  // Last: the sizes above read the host arrays.
+  const int64_t batch = desc_.batch;
+  auto upload_array = [&](DeviceBuffer& dst, const int32_t*& field, int64_t count) {
+    if (!field) return;
+    dst = DeviceBuffer(device, static_cast<size_t>(count) * sizeof(int32_t));
+    device.upload(dst.data(), field, dst.bytes());
+    field = static_cast<const int32_t*>(dst.data());
+  };
+  upload_array(cu_seqlens_q_, desc_.cu_seqlens_q, batch + 1);
+  upload_array(cu_seqlens_kv_, desc_.cu_seqlens_kv, batch + 1);
+  upload_array(seqlens_kv_, desc_.seqlens_kv, batch);
+  upload_array(block_table_, desc_.block_table, batch * desc_.pages_per_seq);
 }
 
 void Workload::prepare() {

@@ -23,9 +23,10 @@ HostInputs make_host_inputs(const flash::AttentionDesc& desc, bool backward, uin
 
 class Workload {
  public:
-  // desc: packed problem; its backend decides where it runs. The stream is taken
-  // from device. Outputs start as NaN so an element a backend never writes shows up
-  // as an error.
+  // desc: the problem, its inference arrays (if any) in host memory; its backend
+  // decides where it runs. The arrays are copied to the device, where q lives, and the
+  // stream is taken from device. Outputs start as NaN so an element a backend never
+  // writes shows up as an error.
   Workload(const flash::AttentionDesc& desc, bool backward, Device& device,
            const HostInputs& inputs);
 
@@ -35,6 +36,7 @@ class Workload {
   // The measured call; on a GPU it only queues work on device.stream().
   void run();
 
+  // The descriptor the measured call gets (arrays in the device's memory).
   const flash::AttentionDesc& desc() const { return desc_; }
   bool backward() const { return backward_; }
   // A tensor read back from the device and widened to float.
@@ -47,6 +49,7 @@ class Workload {
   bool backward_;
   Device& device_;
   DeviceBuffer q_, k_, v_, o_, lse_, dout_, dq_, dk_, dv_;
+  DeviceBuffer cu_seqlens_q_, cu_seqlens_kv_, seqlens_kv_, block_table_;
 };
 
 }  // namespace bench
