@@ -1,8 +1,10 @@
 #include "compare/args.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -31,7 +33,8 @@ problem (defaults: B=1 H=8 S=1024 D=64 f32 forward, no mask):
   --heads N                   query heads
   --kv-heads N                key/value heads (GQA/MQA; divides --heads)
   --seqlen N[,N...]           query length; a list runs a sweep
-  --seqlen-kv N               key length (default: equal to each seqlen)
+  --seqlen-kv N               key length (default: equal to each seqlen); with
+                              --paged / --seqlens-kv the cache's capacity
   --head-dim N                head dim of q and k
   --head-dim-v N              head dim of v and o (default: --head-dim)
   --causal                    causal mask, bottom-right aligned
@@ -39,6 +42,26 @@ problem (defaults: B=1 H=8 S=1024 D=64 f32 forward, no mask):
   --softcap X                 logit soft-capping (0 = off)
   --scale X                   softmax scale (default 1/sqrt(head-dim))
   --backward                  time the backward (dq, dk, dv) instead
+
+inference (packed batches, KV caches, decode):
+  --seqlen-q N[,N...]         the same as --seqlen; decode: 1 to 16 query tokens
+  --heads-q N, --heads-kv N   the same as --heads, --kv-heads
+  --paged PAGE                K/V in a paged cache of PAGE keys a page: k/v are
+                              [num_pages, PAGE, Hkv, D], pages_per_seq =
+                              ceil(seqlen-kv / PAGE), the pages shuffled
+  --seqlens-kv L1,L2,...      cache lengths, one per sequence (batch = their count):
+                              sequence b sees the first Lb of its --seqlen-kv rows
+                              (default --seqlen-kv: the longest Lb)
+  --varlen L1,L2,...          a packed batch (cu_seqlens_q) of sequences of these
+                              lengths, replacing --seqlen; the keys are packed alike
+                              (cu_seqlens_kv) unless --seqlen-kv, --seqlens-kv or
+                              --paged put them in a cache (of the same lengths
+                              unless --seqlens-kv says otherwise)
+  The arrays are built in host memory and copied where q lives. --paged and
+  --seqlens-kv are forward-only. Forward problems with one of these flags, or at
+  most 16 query rows, add K+V GB/s (the K and V rows each sequence sees, read
+  once), copy GB/s (a device copy of as many bytes in the same run: cudaMemcpy on
+  a GPU, memcpy over all threads on the host) and "of copy" (their ratio).
 
 run:
   --backends a,b,...          reference,cpu,cuda,hip (default: all; unavailable
@@ -86,6 +109,57 @@ std::vector<std::string> split(const std::string& value, char sep) {
   return parts;
 }
 
+// A comma-separated list of lengths (int32 array entries): non-empty, each >= 0.
+std::vector<int64_t> parse_lengths(const std::string& option, const std::string& value) {
+  std::vector<int64_t> lengths;
+  for (const std::string& part : split(value, ',')) {
+    const int64_t n = parse_int(option, part);
+    if (n < 0 || n > std::numeric_limits<int32_t>::max())
+      throw std::invalid_argument(option + ": length " + part +
+                                  " is out of range (0 .. 2147483647)");
+    lengths.push_back(n);
+  }
+  if (lengths.empty())
+    throw std::invalid_argument(option + ": '" + value + "' has no lengths (e.g. 17,113,1000)");
+  return lengths;
+}
+
+// Cross-checks the inference flags; the library validates everything else.
+void check_inference_flags(const Options& o, bool seqlen_given) {
+  const bool lists = !o.varlen.empty() || !o.seqlens_kv.empty();
+  if (!o.varlen.empty() && seqlen_given)
+    throw std::invalid_argument("--varlen gives the query lengths; drop --seqlen / --seqlen-q");
+  if (lists && o.tokens > 0)
+    throw std::invalid_argument(
+        "--tokens cannot size the batch of --varlen / --seqlens-kv (batch = their count)");
+  for (const auto* list : {&o.varlen, &o.seqlens_kv}) {
+    if (list->empty() || o.batch == 0 || static_cast<int64_t>(list->size()) == o.batch) continue;
+    throw std::invalid_argument(std::string(list == &o.varlen ? "--varlen" : "--seqlens-kv") +
+                                ": " + std::to_string(list->size()) + " lengths but --batch " +
+                                std::to_string(o.batch) + " (batch = the number of lengths)");
+  }
+  if (!o.varlen.empty() && !o.seqlens_kv.empty() && o.varlen.size() != o.seqlens_kv.size())
+    throw std::invalid_argument("--seqlens-kv: " + std::to_string(o.seqlens_kv.size()) +
+                                " lengths but --varlen has " + std::to_string(o.varlen.size()) +
+                                " sequences");
+  int64_t total = 0;
+  for (int64_t n : o.varlen) total += n;
+  if (total > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("--varlen: " + std::to_string(total) +
+                                " rows in all overflow the int32 cu_seqlens");
+  if (o.seqlen_kv > 0)
+    for (int64_t n : o.seqlens_kv)
+      if (n > o.seqlen_kv)
+        throw std::invalid_argument("--seqlens-kv: length " + std::to_string(n) +
+                                    " exceeds --seqlen-kv " + std::to_string(o.seqlen_kv) +
+                                    " (the cache's capacity)");
+  if (o.backward && (o.page_size > 0 || !o.seqlens_kv.empty()))
+    throw std::invalid_argument(
+        std::string(o.page_size > 0 ? "--paged" : "--seqlens-kv") +
+        " is forward-only: the library's backward takes packed batches (--varlen) but not "
+        "caches");
+}
+
 flash::DType parse_dtype(const std::string& value) {
   for (flash::DType t : {flash::DType::f32, flash::DType::f16, flash::DType::bf16})
     if (value == flash::to_string(t)) return t;
@@ -110,18 +184,35 @@ Options parse_args(int argc, char** argv) {
   o.seqlens = {kDefaultSeqlen};
 
   using Handler = std::function<void(const std::string&)>;
+  bool seqlen_given = false;
+  auto parse_seqlens = [&](const std::string& option) -> Handler {
+    return [&, option](const std::string& v) {
+      o.seqlens.clear();
+      for (const std::string& s : split(v, ',')) o.seqlens.push_back(parse_int(option, s));
+      if (o.seqlens.empty()) throw std::invalid_argument(option + ": empty list");
+      seqlen_given = true;
+    };
+  };
   const std::map<std::string, Handler> with_value = {
       {"--dtype", [&](const std::string& v) { o.base.dtype = parse_dtype(v); }},
       {"--batch", [&](const std::string& v) { o.batch = parse_int("--batch", v); }},
       {"--tokens", [&](const std::string& v) { o.tokens = parse_int("--tokens", v); }},
       {"--heads", [&](const std::string& v) { o.base.heads_q = parse_int("--heads", v); }},
       {"--kv-heads", [&](const std::string& v) { o.base.heads_kv = parse_int("--kv-heads", v); }},
-      {"--seqlen",
+      {"--heads-q", [&](const std::string& v) { o.base.heads_q = parse_int("--heads-q", v); }},
+      {"--heads-kv", [&](const std::string& v) { o.base.heads_kv = parse_int("--heads-kv", v); }},
+      {"--seqlen", parse_seqlens("--seqlen")},
+      {"--seqlen-q", parse_seqlens("--seqlen-q")},
+      {"--paged",
        [&](const std::string& v) {
-         o.seqlens.clear();
-         for (const std::string& s : split(v, ',')) o.seqlens.push_back(parse_int("--seqlen", s));
-         if (o.seqlens.empty()) throw std::invalid_argument("--seqlen: empty list");
+         o.page_size = parse_int("--paged", v);
+         if (o.page_size < 1)
+           throw std::invalid_argument("--paged: " + v +
+                                       " is not a page size (keys a page holds, at least 1)");
        }},
+      {"--seqlens-kv",
+       [&](const std::string& v) { o.seqlens_kv = parse_lengths("--seqlens-kv", v); }},
+      {"--varlen", [&](const std::string& v) { o.varlen = parse_lengths("--varlen", v); }},
       {"--seqlen-kv", [&](const std::string& v) { o.seqlen_kv = parse_int("--seqlen-kv", v); }},
       {"--head-dim", [&](const std::string& v) { o.base.head_dim = parse_int("--head-dim", v); }},
       {"--head-dim-v",
@@ -186,6 +277,11 @@ Options parse_args(int argc, char** argv) {
   }
   if (o.base.heads_kv == 0) o.base.heads_kv = o.base.heads_q;
   if (o.iters < 1) throw std::invalid_argument("--iters: must be at least 1");
+  check_inference_flags(o, seqlen_given);
+  if (!o.varlen.empty()) o.seqlens = {*std::max_element(o.varlen.begin(), o.varlen.end())};
+  const bool inference = o.page_size > 0 || !o.seqlens_kv.empty() || !o.varlen.empty();
+  const bool few_rows = *std::max_element(o.seqlens.begin(), o.seqlens.end()) <= kDecodeRows;
+  o.copy_ceiling = !o.backward && (inference || few_rows);
   // Everything else (sizes, GQA divisibility, window, softcap) is validated by the
   // library, whose flash::Error names the field.
   return o;

@@ -47,6 +47,19 @@ std::string number(double x) {
   return s.str();
 }
 
+// An inference array as a JSON list, or null when unset.
+std::string array(const int32_t* values, int64_t count) {
+  if (!values) return "null";
+  std::string out = "[";
+  for (int64_t i = 0; i < count; ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+std::string layout(const flash::AttentionDesc& d) {
+  const std::string label = bench::layout_label(d);
+  return label.empty() ? "dense" : label;
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -81,9 +94,17 @@ void write_json(const std::string& path, const std::vector<Row>& rows) {
         << ", \"head_dim\": " << d.head_dim << ", \"head_dim_v\": " << bench::value_dim(d)
         << ", \"causal\": " << (d.causal ? "true" : "false")
         << ", \"window_left\": " << d.window_left << ", \"window_right\": " << d.window_right
-        << ", \"softcap\": " << number(d.softcap) << ", \"runs\": " << r.runs
+        << ", \"softcap\": " << number(d.softcap) << ", \"layout\": " << quoted(layout(d))
+        << ", \"cu_seqlens_q\": " << array(d.cu_seqlens_q, d.batch + 1)
+        << ", \"cu_seqlens_kv\": " << array(d.cu_seqlens_kv, d.batch + 1)
+        << ", \"seqlens_kv\": " << array(d.seqlens_kv, d.batch)
+        << ", \"page_size\": " << d.page_size << ", \"pages_per_seq\": " << d.pages_per_seq
+        << ", \"num_pages\": " << d.num_pages << ", \"runs\": " << r.runs
         << ", \"median_ms\": " << number(r.median_ms) << ", \"min_ms\": " << number(r.min_ms)
         << ", \"tflops\": " << number(r.tflops) << ", \"gbps\": " << number(r.gbps)
+        << ", \"kv_gbps\": " << number(r.kv_gbps)
+        << ", \"copy_gbps\": " << (r.copy_gbps > 0 ? number(r.copy_gbps) : "null")
+        << ", \"of_copy\": " << (r.copy_gbps > 0 ? number(r.kv_gbps / r.copy_gbps) : "null")
         << ", \"is_oracle\": " << (r.is_oracle ? "true" : "false")
         << ", \"checked\": " << (r.check.checked ? "true" : "false")
         << ", \"check_coverage\": " << quoted(r.check.coverage)

@@ -5,6 +5,8 @@
 //   flashattn-compare                                  # B=1 H=8 S=1024 D=64 f32
 //   flashattn-compare --dtype bf16 --seqlen 512,1024,2048,4096 --causal --plot s.svg
 //   flashattn-compare --backward --kv-heads 2 --json out.json
+//   flashattn-compare --seqlen-q 1 --seqlen-kv 8192 --heads-q 32 --heads-kv 8 --paged 64
+//                                                      # decode against a paged cache
 //
 // Exit status: 0 when every backend that ran is within tolerance, 1 when one is not
 // or a backend failed with an error (skips do not count), 2 for a bad command line.
@@ -19,6 +21,7 @@
 #include "common/problem.hpp"
 #include "compare/args.hpp"
 #include "compare/json.hpp"
+#include "compare/problems.hpp"
 #include "compare/runner.hpp"
 #include "compare/svg.hpp"
 #include "compare/table.hpp"
@@ -28,27 +31,22 @@ namespace {
 constexpr int kExitFailure = 1;  // a backend outside tolerance, or an error
 constexpr int kExitBadArguments = 2;
 
-flash::AttentionDesc problem_at(const compare::Options& o, int64_t seqlen) {
-  flash::AttentionDesc d = o.base;
-  d.seqlen_q = seqlen;
-  d.seqlen_kv = o.seqlen_kv > 0 ? o.seqlen_kv : seqlen;
-  d.batch = o.tokens > 0 ? std::max<int64_t>(1, o.tokens / seqlen) : o.batch;
-  return d;
-}
-
-std::string describe(const compare::Options& o) {
+std::string describe(const compare::Options& o, const bench::Problem& first) {
   const flash::AttentionDesc& d = o.base;
   std::string text = std::string(o.backward ? "backward" : "forward") + " " +
                      flash::to_string(d.dtype) + "  H=" + std::to_string(d.heads_q) +
                      " Hkv=" + std::to_string(d.heads_kv) + " D=" + std::to_string(d.head_dim);
   if (bench::value_dim(d) != d.head_dim) text += " Dv=" + std::to_string(bench::value_dim(d));
   text += "  mask: " + bench::mask_label(d);
+  const std::string layout = bench::layout_label(first.desc());
+  if (!layout.empty()) text += "  " + layout;
   return text;
 }
 
-compare::LinePlot make_plot(const compare::Options& o, const std::vector<compare::Row>& rows) {
+compare::LinePlot make_plot(const compare::Options& o, const bench::Problem& first,
+                            const std::vector<compare::Row>& rows) {
   compare::LinePlot plot;
-  plot.title = "libflashattn " + std::string(flash::version()) + ": " + describe(o);
+  plot.title = "libflashattn " + std::string(flash::version()) + ": " + describe(o, first);
   plot.x_label = "seqlen (query)";
   plot.y_label = o.backward ? "backward TFLOP/s" : "forward TFLOP/s";
   plot.log2_x = true;
@@ -75,7 +73,12 @@ int main(int argc, char** argv) {
     return kExitBadArguments;
   }
 
-  std::printf("libflashattn %s  |  %s\n", flash::version(), describe(options).c_str());
+  // Every point's problem, kept to the end: rows point at their inference arrays.
+  std::vector<bench::Problem> problems;
+  for (int64_t seqlen : options.seqlens) problems.push_back(compare::make_problem(options, seqlen));
+
+  std::printf("libflashattn %s  |  %s\n", flash::version(),
+              describe(options, problems.front()).c_str());
   for (const flash::BackendInfo& info : flash::backends())
     std::printf("  %-9s %s\n", flash::to_string(info.backend),
                 info.available ? info.detail.c_str() : ("unavailable: " + info.reason).c_str());
@@ -84,9 +87,9 @@ int main(int argc, char** argv) {
   compare::Runner runner(options);
   std::vector<compare::Row> rows;
   std::vector<std::string> coverage_notes;
-  const size_t points = options.seqlens.size();
+  const size_t points = problems.size();
   for (size_t i = 0; i < points; ++i) {
-    const flash::AttentionDesc desc = problem_at(options, options.seqlens[i]);
+    const flash::AttentionDesc desc = problems[i].desc();
     const std::string prefix = "[" + std::to_string(i + 1) + "/" + std::to_string(points) +
                                "] B=" + std::to_string(desc.batch) +
                                " Sq=" + std::to_string(desc.seqlen_q) +
@@ -110,6 +113,12 @@ int main(int argc, char** argv) {
       "tol used: error / (2 x error of naive attention in %s + %.0e x max|reference|), "
       "the tests' rule.\n",
       flash::to_string(options.base.dtype), bench::relative_epsilon(options.base.dtype));
+  if (options.copy_ceiling)
+    std::printf(
+        "K+V GB/s: K and V rows each sequence sees, read once, over the kv heads (a cache's "
+        "unused rows and other pages not counted).\n"
+        "copy GB/s: the same device copying as many bytes (read + write), measured in this "
+        "run; of copy = K+V GB/s / copy GB/s.\n");
   for (const std::string& note : coverage_notes) std::printf("checked: %s\n", note.c_str());
 
   int status = 0;
@@ -127,7 +136,7 @@ int main(int argc, char** argv) {
       std::printf("wrote %s\n", options.json_path.c_str());
     }
     if (!options.plot_path.empty()) {
-      compare::write_svg(options.plot_path, make_plot(options, rows));
+      compare::write_svg(options.plot_path, make_plot(options, problems.front(), rows));
       std::printf("wrote %s\n", options.plot_path.c_str());
     }
   } catch (const std::exception& e) {

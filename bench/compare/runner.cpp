@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/copy_ceiling.hpp"
 #include "common/flops.hpp"
 #include "common/oracle.hpp"
 #include "common/timing.hpp"
@@ -43,8 +44,11 @@ void fill_rates(Row& row, double median_ms) {
   const double flops = row.backward ? bench::backward_flops(d) : bench::forward_flops(d);
   const double bytes = row.backward ? bench::backward_bytes(d) : bench::forward_bytes(d, false);
   row.median_ms = median_ms;
-  row.tflops = median_ms > 0 ? flops / (median_ms * kSecondsPerMs) / kTera : 0.0;
-  row.gbps = median_ms > 0 ? bytes / (median_ms * kSecondsPerMs) / kGiga : 0.0;
+  if (median_ms <= 0) return;
+  const double seconds = median_ms * kSecondsPerMs;
+  row.tflops = flops / seconds / kTera;
+  row.gbps = bytes / seconds / kGiga;
+  row.kv_gbps = bench::kv_bytes_read(d) / seconds / kGiga;
 }
 
 std::string failure_status(const std::exception& e) {
@@ -86,6 +90,7 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
   const bool backward = options_.backward;
   const std::vector<flash::BackendInfo> known = flash::backends();
   std::vector<Row> rows;
+  std::map<bench::Device*, double> copy_rates;  // GB/s of each device's copy
 
   show_progress(prefix + ": inputs and reference");
   const bench::HostInputs inputs = bench::make_host_inputs(desc, backward, options_.seed);
@@ -146,6 +151,12 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
           row.min_ms = *std::min_element(times.begin(), times.end());
           fill_rates(row, bench::median(times));
           if (oracle) row.check = oracle->check(workload);
+          if (options_.copy_ceiling) {
+            // Once per device and problem: cpu and reference share the host's.
+            auto [it, added] = copy_rates.emplace(dev, 0.0);
+            if (added) it->second = bench::copy_gbps(*dev, bench::kv_bytes_read(desc), plan);
+            row.copy_gbps = it->second;
+          }
         } catch (const std::exception& e) {
           row.status = failure_status(e);
         }

@@ -16,8 +16,9 @@ class Runner {
  public:
   explicit Runner(const Options& options) : options_(options) {}
 
-  // desc: a complete packed problem (backend field ignored). progress_prefix is
-  // shown on the stderr progress line, e.g. "[2/5] Sq=4096".
+  // desc: a complete problem (backend field ignored), its inference arrays in host
+  // memory (each backend gets device copies). progress_prefix is shown on the stderr
+  // progress line, e.g. "[2/5] Sq=4096".
   std::vector<Row> run(const flash::AttentionDesc& desc, const std::string& progress_prefix);
 
  private:

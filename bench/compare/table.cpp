@@ -28,6 +28,11 @@ std::string error_text(const Row& r) {
   return format("%.2e", r.check.relative_error);
 }
 
+std::string of_copy_text(const Row& r) {
+  if (r.is_oracle || r.copy_gbps <= 0) return "-";
+  return format("%.2f", r.kv_gbps / r.copy_gbps);
+}
+
 std::string share_text(const Row& r) {
   if (r.is_oracle || !r.check.checked) return "-";
   if (!std::isfinite(r.check.tolerance_used)) return "FAIL (nan)";
@@ -42,9 +47,13 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
     return r.desc.seqlen_q != rows.front().desc.seqlen_q ||
            r.desc.seqlen_kv != rows.front().desc.seqlen_kv;
   });
-  std::vector<std::string> header = {"backend",     "kernel / status", "runs",
-                                     "median ms",   "TFLOP/s",         "GB/s",
-                                     "max rel err", "tol used"};
+  // Decode rows: the rate of the K/V reads against the device's copy, same run.
+  const bool copy =
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.copy_gbps > 0; });
+  std::vector<std::string> header = {"backend",   "kernel / status", "runs",
+                                     "median ms", "TFLOP/s",         "GB/s"};
+  if (copy) header.insert(header.end(), {"K+V GB/s", "copy GB/s", "of copy"});
+  header.insert(header.end(), {"max rel err", "tol used"});
   if (sweep) header.insert(header.begin(), {"Sq", "Sk", "B"});
   // A backend skipped for the same reason at every sweep point is listed once.
   std::vector<const Row*> shown;
@@ -71,6 +80,11 @@ void print_table(std::FILE* out, const std::vector<Row>& rows) {
       line.push_back(significant(r.median_ms));
       line.push_back(significant(r.tflops));
       line.push_back(r.is_oracle ? "-" : significant(r.gbps));
+      if (copy) {
+        line.push_back(r.is_oracle ? "-" : significant(r.kv_gbps));
+        line.push_back(r.is_oracle || r.copy_gbps <= 0 ? "-" : significant(r.copy_gbps));
+        line.push_back(of_copy_text(r));
+      }
       line.push_back(error_text(r));
       line.push_back(share_text(r));
     }
