@@ -11,6 +11,17 @@ bench/RESULTS.md) with TFLOP/s of both and the ratio ours/torch (> 1: we are fas
   # CPU: our cpu backend vs torch's CPU flash kernel, same thread count
   python3 bench/compare_torch.py --compare build/bench/flashattn-compare \\
       --device cpu --dtype f32 --head-dim 64 128 --seqlen 1024 4096 --threads 16
+  # Decode: 1 or 4 query tokens against 8k..128k cached keys, contiguous and paged (ours)
+  python3 bench/compare_torch.py --compare build-device/bench/flashattn-compare --decode \\
+      --heads 32 64 --heads-kv 8 --queries 1 4 --batch 1 8 --keys 8192 32768 131072 --paged 0 64
+
+Decode (--decode): GB/s of K+V read (each cached key row, K and V once, over the kv
+heads), ours from flashattn-compare (beside its copy ceiling: a device copy of as many
+bytes in the same run, and "of copy") and torch SDPA with enable_gqa=True: flash and
+cuDNN on the GPU, its CPU kernel on the CPU. Torch has no paged cache: its columns on a
+paged row are its contiguous numbers. Our query tokens are causal (bottom-right: the
+decode step's mask), torch's see every key (its is_causal aligns top-left, which would
+hide almost the whole cache); both read every key.
 
 Shapes: GPU defaults follow FlashAttention's benchmark (batch*seqlen = 16384 tokens,
 heads*head_dim = 2048); CPU defaults are batch 1, 16 heads. Torch uses [B, H, S, D]
@@ -22,6 +33,7 @@ FLOPs (both columns): 4*B*H*Sq*Sk*D forward, half for causal, backward 2.5x; the
 ratio does not depend on the count.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -33,11 +45,15 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:  # torch < 2.3: CPU rows run torch's default choice, GPU rows refuse
+    SDPBackend = sdpa_kernel = None
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-TORCH_GPU_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                      "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+TORCH_GPU_BACKENDS = {} if SDPBackend is None else {
+    "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 FA_TOKENS = 16384       # FlashAttention benchmark: batch * seqlen
 FA_MODEL_WIDTH = 2048   # FlashAttention benchmark: heads * head_dim
 CPU_HEADS = 16          # torch CPU anchor in shared/design/ANCHORS.md
@@ -85,6 +101,16 @@ def cpu_timer(fn, iters, warmup=1):
     return sorted(times)[len(times) // 2]
 
 
+def torch_kernel(device, name):
+    """Context that makes SDPA use torch backend `name` (GPU), or its CPU flash kernel."""
+    if device == "cuda":
+        return sdpa_kernel([TORCH_GPU_BACKENDS[name]])
+    if sdpa_kernel is None:
+        return contextlib.nullcontext()
+    # torch's CPU flash kernel, with the math path as its own fallback
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
+
+
 def time_torch(args, name, batch, heads, seqlen, head_dim, causal, timer):
     """Milliseconds of torch SDPA (forward or backward) with one torch backend."""
     device = args.device
@@ -93,11 +119,7 @@ def time_torch(args, name, batch, heads, seqlen, head_dim, causal, timer):
                     requires_grad=grad)
     k = torch.randn_like(q, requires_grad=grad)
     v = torch.randn_like(q, requires_grad=grad)
-    if device == "cuda":
-        context = sdpa_kernel([TORCH_GPU_BACKENDS[name]])
-    else:  # torch's CPU flash kernel, with the math path as its own fallback
-        context = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
-    with context:
+    with torch_kernel(device, name):
         if not grad:
             return timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                          args.iters)
@@ -152,6 +174,136 @@ def commit_line():
         return os.environ.get("FLASHATTN_COMMIT", "unknown (set FLASHATTN_COMMIT)")
 
 
+def has_enable_gqa():
+    """torch >= 2.5: SDPA takes fewer K/V heads than query heads (enable_gqa=True)."""
+    q, kv = torch.zeros(1, 2, 1, 8), torch.zeros(1, 1, 1, 8)
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+        return True
+    except TypeError:
+        return False
+
+
+def time_torch_decode(args, name, q, k, v, gqa, timer):
+    """Milliseconds of one torch SDPA decode call. Without enable_gqa (torch < 2.5) K/V
+    are repeated to the query heads beforehand: torch then reads group x the bytes."""
+    if not gqa:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    kwargs = dict(enable_gqa=True) if gqa else {}
+    with torch_kernel(args.device, name):
+        return timer(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs), args.iters)
+
+
+def run_ours_decode(args, head_dim, heads, batch, keys, page):
+    """Rows of flashattn-compare --json for one cache shape, one per query count."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ours.json")
+        cmd = [args.compare, "--backends", args.ours, "--dtype", args.dtype,
+               "--head-dim", str(head_dim), "--heads-q", str(heads),
+               "--heads-kv", str(args.heads_kv), "--batch", str(batch),
+               "--seqlen-q", ",".join(str(q) for q in args.queries), "--seqlen-kv", str(keys),
+               "--causal", "--iters", str(args.iters), "--check-budget", str(args.check_budget),
+               "--json", out]
+        if page:
+            cmd += ["--paged", str(page)]
+        env = dict(os.environ)
+        if args.device == "cpu" and args.threads:
+            env["OMP_NUM_THREADS"] = str(args.threads)
+        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+        if done.returncode not in (0, 1):  # 1: outside tolerance, still reported
+            sys.exit(f"flashattn-compare failed with status {done.returncode}")
+        with open(out) as f:
+            return [r for r in json.load(f)["rows"] if r["backend"] == args.ours]
+
+
+def run_decode(args, gpu, torch_names, timer):
+    """Decode rows: ours (contiguous and paged) beside torch SDPA, in GB/s of K+V."""
+    head_dims = args.head_dim or [128]
+    heads_list = args.heads or [32]
+    batches = args.batch or ([1, 8] if gpu else [1])
+    key_counts = args.keys or ([8192, 32768, 131072] if gpu else [8192, 131072])
+    gqa = has_enable_gqa()
+    dtype = DTYPES[args.dtype]
+    results = []
+    for head_dim in head_dims:
+        for heads in heads_list:
+            for batch in batches:
+                for keys in key_counts:
+                    ours = {page: run_ours_decode(args, head_dim, heads, batch, keys, page)
+                            for page in args.paged}
+                    k = torch.randn(batch, args.heads_kv, keys, head_dim, device=args.device,
+                                    dtype=dtype)
+                    v = torch.randn_like(k)
+                    kv_bytes = 2 * k.numel() * k.element_size()
+                    for queries in args.queries:
+                        q = torch.randn(batch, heads, queries, head_dim, device=args.device,
+                                        dtype=dtype)
+                        theirs = {}
+                        for name in torch_names:
+                            print(f"torch {name} D={head_dim} Hq={heads} B={batch} keys={keys} "
+                                  f"Sq={queries}", file=sys.stderr, flush=True)
+                            try:
+                                ms = time_torch_decode(args, name, q, k, v, gqa, timer)
+                                theirs[name] = dict(ms=ms, gbps=kv_bytes / ms / 1e6)
+                            except RuntimeError as e:  # a torch backend declines the shape
+                                theirs[name] = dict(error=str(e).splitlines()[0][:100])
+                        for page in args.paged:
+                            mine = next(r for r in ours[page] if r["seqlen_q"] == queries)
+                            results.append(dict(head_dim=head_dim, heads=heads, batch=batch,
+                                                keys=keys, queries=queries, page=page,
+                                                ours=mine, **theirs))
+                    del k, v
+                    if gpu:
+                        torch.cuda.empty_cache()
+    print_decode(args, torch_names, gqa, results)
+
+
+def print_decode(args, torch_names, gqa, results):
+    print(f"\n### decode {args.dtype}, ours = {args.ours}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"machine: {machine_line(args)}; commit {commit_line()}")
+    print("command: " + " ".join(["python3"] + sys.argv))
+    print("GB/s: K+V bytes read (each cached key, K and V once, over the kv heads) per second; "
+          "L2 flushed before each GPU call. Torch has no paged cache: its columns on paged rows "
+          "are its contiguous numbers." +
+          ("" if gqa else f" torch {torch.__version__} has no enable_gqa: K/V repeated to the "
+                          "query heads, so it reads group x the bytes counted."))
+    print()
+    names = {"flash": "torch flash", "cudnn": "cuDNN", "cpu": "torch CPU"}
+    head = ["D", "B", "Sq", "Hq/Hkv", "keys", "cache", "ours GB/s"]
+    head += [f"{names.get(n, 'torch ' + n)} GB/s" for n in torch_names]
+    head += ["copy GB/s", "ours of copy"] + [f"ours/{n}" for n in torch_names]
+    head += ["ours err (tol used)"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in results:
+        mine = r["ours"]
+        ok = mine["status"] == "ok"
+        cells = [str(r["head_dim"]), str(r["batch"]), str(r["queries"]),
+                 f"{r['heads']}/{args.heads_kv}", str(r["keys"]),
+                 f"paged {r['page']}" if r["page"] else "contiguous",
+                 f"{mine['kv_gbps']:.0f}" if ok else mine["status"][:60]]
+        for name in torch_names:
+            t = r[name]
+            cells.append(t["error"][:40] if "error" in t else f"{t['gbps']:.0f}")
+        copy = mine.get("copy_gbps") if ok else None
+        cells += [f"{copy:.0f}" if copy else "-", f"{mine['of_copy']:.2f}" if copy else "-"]
+        for name in torch_names:
+            t = r[name]
+            cells.append(f"{mine['kv_gbps'] / t['gbps']:.2f}" if ok and "gbps" in t else "-")
+        if ok and mine["checked"]:
+            cells.append(f"{mine['relative_error']:.1e} ({100 * mine['tolerance_used']:.0f}%)")
+        else:
+            cells.append("-")
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(machine=machine_line(args), commit=commit_line(), argv=sys.argv,
+                           mode="decode", rows=results), f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,10 +313,15 @@ def main():
     p.add_argument("--torch", nargs="+", default=None,
                    help="torch GPU backends (default: flash cudnn); CPU: its default kernel")
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
-    p.add_argument("--head-dim", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--head-dim", type=int, nargs="+", default=None,
+                   help="default: 64 128 (prefill), 128 (decode)")
     p.add_argument("--seqlen", type=int, nargs="+", default=[1024, 4096, 16384])
-    p.add_argument("--batch", type=int, default=0, help="0: GPU 16384 // seqlen, CPU 1")
-    p.add_argument("--heads", type=int, default=0, help="0: GPU 2048 // head_dim, CPU 16")
+    p.add_argument("--batch", type=int, nargs="+", default=None,
+                   help="prefill, one value: 0 = GPU 16384 // seqlen, CPU 1; "
+                        "decode, a list: default 1 8 (GPU), 1 (CPU)")
+    p.add_argument("--heads", type=int, nargs="+", default=None,
+                   help="query heads; prefill, one value: 0 = GPU 2048 // head_dim, CPU 16; "
+                        "decode, a list: default 32")
     p.add_argument("--causal", default="both", choices=["yes", "no", "both"])
     p.add_argument("--backward", action="store_true")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for both (0: all cores)")
@@ -172,15 +329,38 @@ def main():
     p.add_argument("--check-budget", type=float, default=0.2,
                    help="GFLOP of reference work per problem for our error column")
     p.add_argument("--json", help="also write the rows as JSON")
+    d = p.add_argument_group("decode (--decode): GB/s of K+V against a KV cache")
+    d.add_argument("--decode", action="store_true", help="decode rows instead of prefill")
+    d.add_argument("--heads-kv", type=int, default=8)
+    d.add_argument("--queries", type=int, nargs="+", default=[1, 4],
+                   help="query tokens per sequence (speculative decoding: a few)")
+    d.add_argument("--keys", type=int, nargs="+", default=None,
+                   help="cached keys per sequence (default: GPU 8192 32768 131072, CPU 8192 131072)")
+    d.add_argument("--paged", type=int, nargs="+", default=[0, 64],
+                   help="our cache's page size, 0 = contiguous")
     args = p.parse_args()
 
     gpu = args.device == "cuda"
+    if not hasattr(F, "scaled_dot_product_attention"):
+        sys.exit(f"torch {torch.__version__} has no scaled_dot_product_attention (needs >= 2.0)")
+    if gpu and sdpa_kernel is None:
+        sys.exit(f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel (needs >= 2.3) "
+                 "to pick its GPU kernels")
     args.ours = args.ours or ("cuda" if gpu else "cpu")
     torch_names = (args.torch or ["flash", "cudnn"]) if gpu else ["cpu"]
     if not gpu:
         args.threads = args.threads or os.cpu_count()
         torch.set_num_threads(args.threads)
     timer = GpuTimer() if gpu else cpu_timer
+    if args.decode:
+        run_decode(args, gpu, torch_names, timer)
+        return
+    args.head_dim = args.head_dim or [64, 128]
+    for name in ("batch", "heads"):
+        values = getattr(args, name) or [0]
+        if len(values) != 1:
+            p.error(f"--{name} takes one value without --decode")
+        setattr(args, name, values[0])
     causal_options = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
 
     results = []
