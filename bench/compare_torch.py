@@ -260,6 +260,11 @@ def run_decode(args, gpu, torch_names, timer):
     print_decode(args, torch_names, gqa, results)
 
 
+def gbps_text(x):
+    """GB/s to three significant digits: 4219 on a GPU, 0.812 on a slow host."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def print_decode(args, torch_names, gqa, results):
     print(f"\n### decode {args.dtype}, ours = {args.ours}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
@@ -284,12 +289,12 @@ def print_decode(args, torch_names, gqa, results):
         cells = [str(r["head_dim"]), str(r["batch"]), str(r["queries"]),
                  f"{r['heads']}/{args.heads_kv}", str(r["keys"]),
                  f"paged {r['page']}" if r["page"] else "contiguous",
-                 f"{mine['kv_gbps']:.0f}" if ok else mine["status"][:60]]
+                 gbps_text(mine["kv_gbps"]) if ok else mine["status"][:60]]
         for name in torch_names:
             t = r[name]
-            cells.append(t["error"][:40] if "error" in t else f"{t['gbps']:.0f}")
+            cells.append(t["error"][:40] if "error" in t else gbps_text(t["gbps"]))
         copy = mine.get("copy_gbps") if ok else None
-        cells += [f"{copy:.0f}" if copy else "-", f"{mine['of_copy']:.2f}" if copy else "-"]
+        cells += [gbps_text(copy) if copy else "-", f"{mine['of_copy']:.2f}" if copy else "-"]
         for name in torch_names:
             t = r[name]
             cells.append(f"{mine['kv_gbps'] / t['gbps']:.2f}" if ok and "gbps" in t else "-")
