@@ -152,7 +152,7 @@ std::vector<Row> Runner::run(const flash::AttentionDesc& desc, const std::string
           fill_rates(row, bench::median(times));
           if (oracle) row.check = oracle->check(workload);
           if (options_.copy_ceiling) {
-            // Once per device and problem: cpu and reference share the host's.
+            // Once per device and problem, with the bytes this problem reads.
             auto [it, added] = copy_rates.emplace(dev, 0.0);
             if (added) it->second = bench::copy_gbps(*dev, bench::kv_bytes_read(desc), plan);
             row.copy_gbps = it->second;
