@@ -76,32 +76,64 @@ std::string padding_note(const flash_problem& p) {
   return " (" + dims + " on the " + std::to_string(dim) + "-wide tile, columns past it zero)";
 }
 
-std::string fwd_config_name(const flash_problem& p) {
+// The Hopper forward (fwd_wgmma_kernel.cuh): sm_90a code built, a compute capability
+// 9.0 device, f16/bf16 on a 64-, 128- or 256-wide tile, dense batches or cache lengths
+// (packed batches: their total row count, which the tensor maps need, is not known on
+// the host). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
+bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
+#ifdef FLASHATTN_CUDA_SM90A
+  static const bool forced_mma = [] {
+    const char* e = std::getenv("FLASH_CUDA_FWD");
+    return e != nullptr && std::string(e) == "mma";
+  }();
+  const int dim = tile_dim(p);
+  return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
+         cc_minor == 0 && !p.cu_seqlens_q && !p.cu_seqlens_kv && !forced_mma;
+#else
+  (void)p, (void)cc_major, (void)cc_minor;
+  return false;
+#endif
+}
+
+std::string fwd_config_name(const flash_problem& p, bool wgmma) {
   const int dim = tile_dim(p);
   std::string name;
-  switch (dim) {
+  if (wgmma)
+    name = dim == 64    ? FwdWgmmaConfig<64>::kName
+           : dim == 128 ? FwdWgmmaConfig<128>::kName
+                        : FwdWgmmaConfig<256>::kName;
+  else
+    switch (dim) {
 #define CASE(D)                                                                 \
   case D:                                                                       \
     name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdMmaConfig<D>::kName; \
     break;
-    CASE(32)
-    CASE(64)
-    CASE(96)
-    CASE(128)
-    CASE(160)
-    CASE(192)
+      CASE(32)
+      CASE(64)
+      CASE(96)
+      CASE(128)
+      CASE(160)
+      CASE(192)
 #undef CASE
-    case 256:
-      name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
-      break;
-  }
+      case 256:
+        name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
+        break;
+    }
   std::string sequences;
   if (p.cu_seqlens_q || p.cu_seqlens_kv) sequences += " packed";
   if (p.seqlens_kv) sequences += " cache-lengths";
   return name + " " + dtype_name(p.dtype) + sequences + padding_note(p);
 }
 
-int fwd_smem_bytes(const flash_problem& p) {
+int fwd_smem_bytes(const flash_problem& p, bool wgmma) {
+  if (wgmma) switch (tile_dim(p)) {
+      case 64:
+        return FwdWgmmaDerived<FwdWgmmaConfig<64>>::kSmemBytes;
+      case 128:
+        return FwdWgmmaDerived<FwdWgmmaConfig<128>>::kSmemBytes;
+      default:
+        return FwdWgmmaDerived<FwdWgmmaConfig<256>>::kSmemBytes;
+    }
   switch (tile_dim(p)) {
 #define CASE(D)                                         \
   case D:                                               \
@@ -407,13 +439,14 @@ DecodePlan decode_plan(const flash_problem& p, int sms, int smem_optin) {
   d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
   // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
   // wave would leave most SMs idle at its end), each split at least
-  // kDecodeMinKeysPerWarp keys per warp so a split streams more than it merges.
+  // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
   const int64_t units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
   const int64_t per_sm = std::max(1, smem_optin / std::max(1, d.shape.smem_bytes));
   const int64_t wave = static_cast<int64_t>(sms) * per_sm;
   const int64_t want = std::max<int64_t>(1, wave / units);
   const int64_t by_keys = std::max<int64_t>(
-      1, p.seqlen_kv / (static_cast<int64_t>(d.shape.warps) * kDecodeMinKeysPerWarp));
+      1, p.seqlen_kv /
+             (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
   d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
   return d;
 }
@@ -509,12 +542,13 @@ struct CudaBackend {
                                std::to_string(d.smem_optin));
       return Choice::run(decode_name(p, dec));
     }
-    const int smem = fwd_smem_bytes(p);
+    const bool wgmma = fwd_wgmma_usable(p, d.major, d.minor);
+    const int smem = fwd_smem_bytes(p, wgmma);
     if (smem > d.smem_optin)
-      return Choice::decline("cuda backend: tile config " + fwd_config_name(p) + " needs " +
+      return Choice::decline("cuda backend: tile config " + fwd_config_name(p, wgmma) + " needs " +
                              std::to_string(smem) + " bytes of shared memory, device " + d.name +
                              " allows " + std::to_string(d.smem_optin));
-    return Choice::run(fwd_config_name(p));
+    return Choice::run(fwd_config_name(p, wgmma));
   }
 
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
@@ -566,6 +600,7 @@ struct CudaBackend {
       dp.heads_kv = static_cast<int>(p.heads_kv);
       dp.splits = dec.splits;
       dp.row_chunks = dec.row_chunks;
+      dp.dependent_launch = device.major >= 9;
       // Split partials live in the cached per-stream workspace, held until both kernels
       // are enqueued (another host thread on this stream must not reuse it in between).
       LockedBuffer workspace;
@@ -593,6 +628,7 @@ struct CudaBackend {
       return;
     }
     const int dim = tile_dim(p);
+    f.wgmma = fwd_wgmma_usable(p, device.major, device.minor);
     switch (p.dtype) {
       case FLASH_F32:
         dispatch_forward<Dtype::f32>(dim, f, batch, stream);

@@ -16,10 +16,10 @@ constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16;
 // paged cache, whatever its rows): up to 4 row chunks of kDecodeRowsLarge, each chunk's
 // blocks reading the same K/V (the later ones mostly from L2).
 constexpr int kDecodeMaxRows = 4 * kDecodeRowsLarge;
-// Key splits per (sequence, kv head, row chunk): enough blocks to fill the SMs twice,
-// each split at least kDecodeMinKeysPerWarp keys per warp.
+// Key splits per (sequence, kv head, row chunk): one wave of resident blocks,
+// each split at least kDecodeMinTilesPerWarp key tiles per warp.
 constexpr int kDecodeMaxSplits = 128;
-constexpr int kDecodeMinKeysPerWarp = 128;
+constexpr int kDecodeMinTilesPerWarp = 4;
 
 // Padded head dim of the decode kernel: 64, 128 or 256.
 inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
@@ -31,7 +31,7 @@ inline int decode_rows(Dtype dtype, int rows) {
 
 // Warps per block and shared memory of a shape (for choose() and its name).
 struct DecodeShapeInfo {
-  int warps, smem_bytes;
+  int warps, smem_bytes, tile_keys;
 };
 DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows);
 

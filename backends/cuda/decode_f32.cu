@@ -19,7 +19,7 @@ namespace flash::cuda {
 DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows) {
   const auto info = [](auto shape) {
     using S = decltype(shape);
-    return DecodeShapeInfo{S::kWarps, S::kSmemBytes};
+    return DecodeShapeInfo{S::kWarps, S::kSmemBytes, S::kKeys};
   };
   const bool small = rows == kDecodeRowsSmall;
   if (dtype == Dtype::f32) {

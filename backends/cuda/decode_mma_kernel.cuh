@@ -21,17 +21,29 @@
 
 namespace flash::cuda {
 
+// Tuning builds may override the warp tile (keys) and the most warps per block.
+#ifndef FLASH_DECODE_TILE_KEYS
+#define FLASH_DECODE_TILE_KEYS 32
+#endif
+#ifndef FLASH_DECODE_MAX_WARPS
+#define FLASH_DECODE_MAX_WARPS 4
+#endif
+
 template <class T, int kDim_>
 struct DecodeMmaShape {
   static constexpr int kDim = kDim_;
-  static constexpr int kM = 16;             // query rows per block: one m16 tile
-  static constexpr int kKeys = 32;          // keys per warp tile
-  static constexpr int kChunks = kDim / 8;  // 16-byte chunks per row
+  static constexpr int kM = 16;                         // query rows per block: one m16 tile
+  static constexpr int kKeys = FLASH_DECODE_TILE_KEYS;  // keys per warp tile
+  static constexpr int kChunks = kDim / 8;              // 16-byte chunks per row
   static constexpr int kTileBytes = kKeys * kDim * 2;
   static constexpr int kStageBytes = 2 * kTileBytes;  // K and V
   static constexpr int kRingBudget = 192 * 1024;
-  // Four warps when two stages fit, else two; then as many stages (<= 4) as fit.
-  static constexpr int kWarps = 4 * 2 * kStageBytes <= kRingBudget ? 4 : 2;
+  // The most warps (FLASH_DECODE_MAX_WARPS, then halved) for which two stages fit; then
+  // as many stages (<= 4) as fit.
+  static constexpr int kMaxWarps = FLASH_DECODE_MAX_WARPS;
+  static constexpr int kWarps = kMaxWarps * 2 * kStageBytes <= kRingBudget       ? kMaxWarps
+                                : kMaxWarps / 2 * 2 * kStageBytes <= kRingBudget ? kMaxWarps / 2
+                                                                                 : kMaxWarps / 4;
   static constexpr int kStagesFit = kRingBudget / (kWarps * kStageBytes);
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static constexpr int kThreads = kWarps * 32;
@@ -41,6 +53,7 @@ struct DecodeMmaShape {
   static constexpr int kSmemBytes =
       kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
   static_assert(kStages >= 2, "a ring needs two stages");
+  static_assert(kKeys % 16 == 0 && kWarps >= 1, "whole k16 steps of P·V; at least a warp");
   static_assert(kChunks % 4 == 0, "swizzled rows are multiples of 64 bytes");
   static_assert((kKeys * kChunks) % 32 == 0, "whole copies per lane");
 };
@@ -277,6 +290,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   }
   cp_async_wait<0>();
   if (my_tiles == 0) __syncthreads();  // pairs with the first-tile barrier above
+  allow_dependent_grids();             // the combine's blocks may be scheduled now
 
   // ---- combine the warps in shared memory: O, max, sum per row ------------------------
   __syncthreads();                               // every warp is done with its ring
@@ -322,8 +336,18 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       part.f.batch_offset = b0;
       const int n = std::min(batch - b0, 65535);
       kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
-      if (dp.splits > 1)
-        combine<<<dim3(rows_per_block * dp.heads_kv * dp.row_chunks, n), 128, 0, stream>>>(part);
+      if (dp.splits > 1) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(rows_per_block * dp.heads_kv * dp.row_chunks, n);
+        cfg.blockDim = dim3(kCombineThreads);
+        cfg.stream = stream;
+        cudaLaunchAttribute dependent{};
+        dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        dependent.val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &dependent;
+        cfg.numAttrs = dp.dependent_launch ? 1 : 0;
+        cudaLaunchKernelEx(&cfg, combine, part);  // errors: cudaGetLastError by the caller
+      }
     }
   };
   const auto shape = [&](auto dim_tag, auto rows_tag) {

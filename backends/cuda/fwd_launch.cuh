@@ -5,6 +5,7 @@
 #include "fwd_f32_kernel.cuh"
 #include "fwd_mma_kernel.cuh"
 #include "fwd_mma_pair_kernel.cuh"
+#include "fwd_wgmma_kernel.cuh"
 
 #ifndef FLASH_FWD_PAIRS
 #define FLASH_FWD_PAIRS 1  // tuning builds may set 0: D = 256 on the plain kernel
@@ -18,6 +19,9 @@ void launch_forward(const FwdParams& p, int batch, cudaStream_t stream) {
     launch_fwd_f32<kDim>(p, batch, stream);
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
+    if constexpr (kDim == 64 || kDim == 128 || kDim == 256) {
+      if (p.wgmma) return launch_fwd_wgmma<T, FwdWgmmaConfig<kDim>>(p, batch, stream);
+    }
     if constexpr (kDim == 256 && FLASH_FWD_PAIRS) {
       launch_fwd_mma_pair<T, FwdPairConfig<kDim>>(p, batch, stream);
     } else {

@@ -221,8 +221,8 @@ __global__ void __launch_bounds__(FwdMmaDerived<C>::kThreads, 1) fwd_mma_kernel(
       const auto frag = [&](int mt, int kk, int reg, int src) {
         return __shfl_sync(0xffffffffu, p_frag[mt][kk][reg], src);
       };
-      pv_visible_keys_only<T, MT, BK / 16, OT, kChunks>(acc_o, frag, sV, 0, 0, mask,
-                                                        q0 + warp_row0 + g, k0);
+      const auto v_chunk = [&](int key, int chunk) { return tile_addr<kChunks>(sV, key, chunk); };
+      pv_visible_keys_only<T, MT, BK / 16, OT>(acc_o, frag, v_chunk, mask, q0 + warp_row0 + g, k0);
       continue;
     }
 #pragma unroll

@@ -237,9 +237,11 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
           const uint4 t = x_p[((w * MT + mt) * KTH + kk) * 32 + lane_src];
           return reg == 0 ? t.x : reg == 1 ? t.y : reg == 2 ? t.z : t.w;
         };
-        pv_visible_keys_only<T, MT, KTH, OT, kChunks>(acc_o, frag, sV, key_half * (BK / 2),
-                                                      half * (D / 16), mask, q0 + pair_row0 + g,
-                                                      k0 + key_half * (BK / 2));
+        const auto v_chunk = [&](int key, int chunk) {
+          return tile_addr<kChunks>(sV, key_half * (BK / 2) + key, half * (D / 16) + chunk);
+        };
+        pv_visible_keys_only<T, MT, KTH, OT>(acc_o, frag, v_chunk, mask, q0 + pair_row0 + g,
+                                             k0 + key_half * (BK / 2));
       }
       continue;
     }

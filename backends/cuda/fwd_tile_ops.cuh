@@ -98,13 +98,14 @@ __device__ __forceinline__ bool own_chunks_nonfinite(uint32_t smem_base) {
 // path above). P arrives in the mma A-fragment layout: frag(mt, kk, reg, lane) returns
 // register `reg` of k-step kk of m-tile mt as held by `lane` (the quad of the row holds
 // its 16 keys: reg 0/1 = keys 2·tig..+1 of rows g / g+8, reg 2/3 = the same 8 keys on).
-// acc[mt][nt] covers value columns col_chunk0 + nt (8 columns each); the P columns are
-// keys key_row0 + 16·kk.. of the V tile, key0 the global index of its key_row0.
+// acc[mt][nt] covers the value columns of chunk nt (8 columns each); the P columns are
+// keys 16·kk.. of the V tile, whose 16-byte chunk nt of key row j is at v_addr(j, nt)
+// (shared memory; any tile layout); key0 is the global index of its key 0.
 // row0: global row of this lane's (mt = 0, g) row.
-template <class T, int MT, int KSTEPS, int OT, int kChunks, class Frag>
+template <class T, int MT, int KSTEPS, int OT, class Frag, class VAddr>
 __device__ __forceinline__ void pv_visible_keys_only(float (&acc)[MT][OT][4], const Frag& frag,
-                                                     uint32_t sV, int key_row0, int col_chunk0,
-                                                     const MaskParams& m, int row0, int key0) {
+                                                     const VAddr& v_addr, const MaskParams& m,
+                                                     int row0, int key0) {
   const int lane = threadIdx.x % 32, tig = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -135,10 +136,9 @@ __device__ __forceinline__ void pv_visible_keys_only(float (&acc)[MT][OT][4], co
 #pragma unroll
               for (int nt = 0; nt < OT; ++nt) {
                 uint32_t w;
-                asm volatile(
-                    "ld.shared.b32 %0, [%1];\n"
-                    : "=r"(w)
-                    : "r"(tile_addr<kChunks>(sV, key_row0 + key, col_chunk0 + nt) + tig * 4));
+                asm volatile("ld.shared.b32 %0, [%1];\n"
+                             : "=r"(w)
+                             : "r"(v_addr(key, nt) + tig * 4));
                 const float2 v = unpack2<T>(w);
                 acc[mt][nt][2 * h] = fmaf(pv, v.x, acc[mt][nt][2 * h]);
                 acc[mt][nt][2 * h + 1] = fmaf(pv, v.y, acc[mt][nt][2 * h + 1]);

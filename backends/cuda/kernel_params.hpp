@@ -41,6 +41,7 @@ struct FwdParams {
   const int* cu_seqlens_kv;
   const int* seqlens_kv;
   int num_seqs;
+  bool wgmma;  // the Hopper forward (fwd_wgmma_kernel.cuh), chosen by choose()
 };
 
 // Backward: dq/dk/dv use q/k/v strides, dout uses o_stride.

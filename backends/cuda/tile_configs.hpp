@@ -107,6 +107,52 @@ struct FwdPairDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
+// Hopper forward (fwd_wgmma_kernel.cuh, sm_90a): kConsumers warpgroups of 64 query rows
+// run wgmma on K/V tiles of kBlockN keys that one producer thread streams with TMA into
+// a ring of kStages stages; Q, K and V tiles in 128-byte-swizzled shared memory.
+template <int kDim>
+struct FwdWgmmaConfig;
+#define FLASH_FWD_WGMMA_CONFIG(D, BN, ST)                                          \
+  template <>                                                                      \
+  struct FwdWgmmaConfig<D> {                                                       \
+    static constexpr int kDim = D, kBlockN = BN, kStages = ST;                     \
+    static constexpr const char* kName = "wgmma_fwd_d" #D "_q128_kv" #BN "_s" #ST; \
+  };
+#ifndef FLASH_FWD_WGMMA_TUNE_64
+#define FLASH_FWD_WGMMA_TUNE_64 128, 2
+#endif
+#ifndef FLASH_FWD_WGMMA_TUNE_128
+#define FLASH_FWD_WGMMA_TUNE_128 128, 2
+#endif
+#ifndef FLASH_FWD_WGMMA_TUNE_256
+#define FLASH_FWD_WGMMA_TUNE_256 64, 2
+#endif
+#define FLASH_FWD_WGMMA_CONFIG_X(D, ...) FLASH_FWD_WGMMA_CONFIG(D, __VA_ARGS__)
+FLASH_FWD_WGMMA_CONFIG_X(64, FLASH_FWD_WGMMA_TUNE_64)
+FLASH_FWD_WGMMA_CONFIG_X(128, FLASH_FWD_WGMMA_TUNE_128)
+FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
+#undef FLASH_FWD_WGMMA_CONFIG_X
+#undef FLASH_FWD_WGMMA_CONFIG
+
+template <class C>
+struct FwdWgmmaDerived {
+  static constexpr int kConsumers = 2;  // warpgroups of 64 query rows
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
+  static constexpr int kTileQBytes = kBlockM * C::kDim * 2;
+  static constexpr int kTileKVBytes = C::kBlockN * C::kDim * 2;
+  // mbarriers: Q full, then K full, V full, K empty, V empty per stage.
+  static constexpr int kBarriers = 1 + 4 * C::kStages;
+  // 1024 bytes of slack: the swizzled tiles need a 1024-byte aligned base.
+  static constexpr int kSmemBytes =
+      1024 + kTileQBytes + 2 * C::kStages * kTileKVBytes + 8 * kBarriers;
+  static_assert(C::kDim % 64 == 0, "tiles are whole 64-column (128-byte) swizzle atoms");
+  static_assert(C::kBlockN == 64 || C::kBlockN == 128, "S = Q·Kᵀ is one m64nNk16 chain");
+  static_assert(C::kDim <= 128 || C::kDim % 128 == 0, "P·V in products of N <= 128");
+  static_assert(C::kStages >= 2, "a ring needs two stages");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
+};
+
 // f32 forward (SIMT FMA): kRowsPerWarp query rows per warp, kBlockKV = 32 keys (one
 // per lane) per tile, kWarps warps per block.
 #ifndef FLASH_F32_ROWS_PER_WARP

@@ -1,0 +1,311 @@
+// Forward attention on Hopper (sm_90a, f16 / bf16): warp-specialised wgmma + TMA.
+//
+// Algorithm (FlashAttention-3's structure): one block per (query tile of 128 rows, head,
+// batch), three warpgroups. Warpgroup 0 is the producer: it gives its registers away
+// (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q tile and of each
+// visible K and V tile into a ring of kStages shared-memory stages, each guarded by a
+// "full" mbarrier (bytes landed) and an "empty" one (both consumers done with it).
+// Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q·Kᵀ on wgmma with both
+// operands in shared memory (m64 x kBlockN), the online softmax on the accumulators
+// (fwd_tile_ops.cuh: exact exponent form, softcap, mask only on boundary tiles), then
+// O += P·V on wgmma with P from registers (the S accumulators of n8 blocks 2kk, 2kk+1
+// are A fragment kk) and V as an MN-major shared-memory operand. The two consumers
+// overlap each other's softmax with their products through the tensor cores' queue.
+// O is divided by the row sum once at the end; lse = ln Σ exp is written when asked.
+// Tiles outside the causal / window band are never loaded.
+//
+// Tolerance class: f32 accumulation; P rounded to the input dtype before P·V (as the
+// mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
+// the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
+// never reaches a row.
+// Measured: bench/RESULTS.md ("Hopper forward"). Run: FLASH_LOG=1 names wgmma_fwd_*;
+// FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_run.sh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "device_ops.cuh"
+#include "fwd_tile_ops.cuh"
+#include "kernel_params.hpp"
+#include "mask.cuh"
+#include "sequence.cuh"
+#include "tile_configs.hpp"
+#include "tma_map.hpp"
+#include "tma_ops.cuh"
+#include "wgmma_ops.cuh"
+
+namespace flash::cuda {
+
+// The kernel's parameters: the descriptor's and the three tensor maps (read by the copy
+// engine from parameter space: __grid_constant__).
+struct FwdTmaParams {
+  FwdParams p;
+  CUtensorMap q_map, k_map, v_map;
+};
+
+// Register budgets after setmaxnreg: the producer keeps a few, the consumers take the
+// rest (3 warpgroups x 128 threads: 24 + 2 x 240 = 504 <= 512 registers per thread slot).
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+
+template <class T, class C, bool kSequences>
+__global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
+    fwd_wgmma_kernel(const __grid_constant__ FwdTmaParams tp) {
+#if FLASH_WGMMA_AVAILABLE
+  using Dv = FwdWgmmaDerived<C>;
+  constexpr int D = C::kDim, BM = Dv::kBlockM, BN = C::kBlockN, ST = C::kStages;
+  constexpr int NT = BN / 8;              // n8 blocks of S
+  constexpr int OT = D / 8;               // n8 blocks of O
+  constexpr int KS = BN / 16;             // k16 steps of P·V
+  constexpr int kON = D > 128 ? 128 : D;  // N of one P·V product
+  constexpr int kConsumerThreads = 128 * Dv::kConsumers;
+  const FwdParams& p = tp.p;
+
+  extern __shared__ unsigned char fwd_wgmma_smem[];
+  const uint32_t sQ = (smem_addr(fwd_wgmma_smem) + 1023) & ~1023u;
+  const uint32_t sK0 = sQ + Dv::kTileQBytes;  // stage s at + s * kTileKVBytes
+  const uint32_t sV0 = sK0 + ST * Dv::kTileKVBytes;
+  const uint32_t bars = sV0 + ST * Dv::kTileKVBytes;
+  const uint32_t full_q = bars;
+  const auto full_k = [&](int s) { return bars + 8 * (1 + s); };
+  const auto full_v = [&](int s) { return bars + 8 * (1 + ST + s); };
+  const auto empty_k = [&](int s) { return bars + 8 * (1 + 2 * ST + s); };
+  const auto empty_v = [&](int s) { return bars + 8 * (1 + 3 * ST + s); };
+
+  // Causal / banded blocks late in the sequence carry the most tiles: start them first.
+  const int qblock = p.mask.bounded ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z + p.batch_offset;
+  const int kv_head = head / p.group;
+  const SequenceRows seq = kSequences ? sequence_rows(p, batch, head) : dense_rows(p, batch, head);
+  const MaskParams& mask = kSequences ? seq.mask : p.mask;
+  const int sq = mask.seqlen_q;
+  const int q0 = qblock * BM;
+  if (q0 >= sq) return;  // block-uniform, before any barrier exists
+  const int q_last = min(q0 + BM, sq) - 1;
+  const KeyRange keys = visible_keys(mask, q0, q_last);
+  const int tile_begin = keys.begin / BN;
+  const int tile_end = keys.end > keys.begin ? (keys.end + BN - 1) / BN : tile_begin;
+  const int n_tiles = tile_end - tile_begin;
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    mbar_init(full_q, 1);
+#pragma unroll
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full_k(s), 1);
+      mbar_init(full_v(s), 1);
+      mbar_init(empty_k(s), kConsumerThreads);
+      mbar_init(empty_v(s), kConsumerThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();  // the last block-wide barrier: the producer's other threads leave
+
+  const int wg = tid / 128;
+  if (wg == 0) {
+    // ---- producer: one thread issues every copy ------------------------------------------
+    warpgroup_reg_dealloc<kProducerRegs>();
+    if (tid != 0 || n_tiles == 0) return;
+    tma_prefetch_map(&tp.q_map);
+    tma_prefetch_map(&tp.k_map);
+    tma_prefetch_map(&tp.v_map);
+    mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
+#pragma unroll
+    for (int a = 0; a < D / 64; ++a)
+      tma_load_4d(sQ + a * BM * 128, &tp.q_map, full_q, a * 64, q0, head, batch);
+    for (int i = 0; i < n_tiles; ++i) {
+      const int s = i % ST, parity = (i / ST) & 1, k0 = (tile_begin + i) * BN;
+      const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+      mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
+      mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
+#pragma unroll
+      for (int a = 0; a < D / 64; ++a)
+        tma_load_4d(sK + a * BN * 128, &tp.k_map, full_k(s), a * 64, k0, kv_head, batch);
+      mbar_wait(empty_v(s), parity ^ 1);
+      mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
+#pragma unroll
+      for (int a = 0; a < D / 64; ++a)
+        tma_load_4d(sV + a * BN * 128, &tp.v_map, full_v(s), a * 64, k0, kv_head, batch);
+    }
+    return;
+  }
+
+  // ---- consumers: 64 query rows each ------------------------------------------------------
+  warpgroup_reg_alloc<kConsumerRegs>();
+  const int c = wg - 1, ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
+  const int g = lane / 4, tig = lane % 4;
+  const int row0 = q0 + c * 64 + warp_in_wg * 16 + g;  // this lane's rows: row0, row0 + 8
+
+  const bool use_softcap = p.softcap > 0.f;
+  const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
+  const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
+
+  float acc_o[1][OT][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+  float(&acc_flat)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(acc_o);
+
+  // Q: this warpgroup's 64 rows of the K-major SW128 tile; k16 step kk is 32 bytes into
+  // column atom kk / 4.
+  const uint64_t q_desc = gmma_desc(sQ + c * 64 * 128, 16, 1024, kGmmaSwizzle128);
+  if (n_tiles > 0) mbar_wait(full_q, 0);
+
+  for (int i = 0; i < n_tiles; ++i) {
+    const int s = i % ST, parity = (i / ST) & 1, k0 = (tile_begin + i) * BN;
+    const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+
+    // ---- S = Q·Kᵀ (64 x BN) ----------------------------------------------------------------
+    float s_acc[1][NT][4];
+    float(&s_flat)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(s_acc);
+    mbar_wait(full_k(s), parity);
+    const uint64_t k_desc = gmma_desc(sK, 16, 1024, kGmmaSwizzle128);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, BN, 0, 0>(s_flat, gmma_desc_add(q_desc, (kk / 4) * BM * 128 + (kk % 4) * 32),
+                            gmma_desc_add(k_desc, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(s_flat);
+    mbar_arrive(empty_k(s));
+
+    // ---- softcap, mask, online softmax (rows row0, row0 + 8) ----------------------------
+    const bool masked = !tile_fully_visible(mask, q0, q_last, k0, k0 + BN - 1);
+    softcap_and_mask(s_acc, p.softcap, mask, use_softcap, cap_in, masked, row0, k0 + tig * 2);
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        mx = fmaxf(mx, fmaxf(s_acc[0][nt][2 * h], s_acc[0][nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float max_used;
+      online_softmax_max(row_max[h], mx, mult, max_used, alpha[h]);
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = softmax_p(s_acc[0][nt][2 * h], max_used, mult);
+        const float p1 = softmax_p(s_acc[0][nt][2 * h + 1], max_used, mult);
+        s_acc[0][nt][2 * h] = p0;
+        s_acc[0][nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[h] = row_sum[h] * alpha[h] + sum;  // per-thread partial; reduced at the end
+    }
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt) {
+      acc_o[0][nt][0] *= alpha[0];
+      acc_o[0][nt][1] *= alpha[0];
+      acc_o[0][nt][2] *= alpha[1];
+      acc_o[0][nt][3] *= alpha[1];
+    }
+    uint32_t pf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      pf[kk][0] = pack2<T>(s_acc[0][2 * kk][0], s_acc[0][2 * kk][1]);
+      pf[kk][1] = pack2<T>(s_acc[0][2 * kk][2], s_acc[0][2 * kk][3]);
+      pf[kk][2] = pack2<T>(s_acc[0][2 * kk + 1][0], s_acc[0][2 * kk + 1][1]);
+      pf[kk][3] = pack2<T>(s_acc[0][2 * kk + 1][2], s_acc[0][2 * kk + 1][3]);
+    }
+
+    // ---- O += P·V ----------------------------------------------------------------------
+    mbar_wait(full_v(s), parity);
+    bool exact = false;
+    if (masked) {  // block-uniform: the whole warpgroup votes (named barrier 1 + c)
+      bool bad = false;
+      constexpr int kChunksPerThread = Dv::kTileKVBytes / 16 / 128;
+#pragma unroll 4
+      for (int it = 0; it < kChunksPerThread; ++it)
+        bad |= has_nonfinite<T>(lds128(sV + (it * 128 + ct) * 16));
+      exact = named_barrier_or(1 + c, 128, bad);
+    }
+    if (exact) {
+      const auto frag = [&](int, int kk, int reg, int src) {
+        return __shfl_sync(0xffffffffu, pf[kk][reg], src);
+      };
+      const auto v_chunk = [&](int key, int chunk) { return sw128_addr<BN>(sV, key, chunk); };
+      pv_visible_keys_only<T, 1, KS, OT>(acc_o, frag, v_chunk, mask, row0, k0);
+    } else {
+      wgmma_fence();
+#pragma unroll
+      for (int part = 0; part < D / kON; ++part) {
+        // V as the MN-major B operand: k16 step = 16 key rows (2048 bytes); LBO = the
+        // next 64-column atom, BN rows further.
+        const uint64_t v_desc =
+            gmma_desc(sV + part * (kON / 64) * BN * 128, BN * 128, 1024, kGmmaSwizzle128);
+        float(&acc_part)[kON / 2] = reinterpret_cast<float(&)[kON / 2]>(acc_o[0][part * kON / 8]);
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk)
+          wgmma_rs<T, kON, 1>(acc_part, pf[kk], gmma_desc_add(v_desc, kk * 2048), 1);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_flat);
+    }
+    mbar_arrive(empty_v(s));
+  }
+
+  // ---- normalise, store O and lse ------------------------------------------------------------
+  T* o = static_cast<T*>(p.o) + seq.o + head * p.o_stride[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
+    const int row = row0 + 8 * h;
+    if (row >= sq) continue;
+    T* orow = o + (int64_t)row * p.o_stride[1];
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt) {
+      const int col = nt * 8 + tig * 2;  // head_dim_v is a multiple of 8: col + 1 fits too
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(orow + col) =
+            pack2<T>(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
+    }
+    if (p.lse != nullptr && tig == 0) p.lse[seq.lse + row] = row_lse(row_max[h], l, mult);
+  }
+#else
+  __trap();
+#endif
+}
+
+template <class T, class C>
+void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
+  using Dv = FwdWgmmaDerived<C>;
+  const bool sequences = params.cu_seqlens_q || params.cu_seqlens_kv || params.seqlens_kv;
+  auto kernel = sequences ? fwd_wgmma_kernel<T, C, true> : fwd_wgmma_kernel<T, C, false>;
+  set_max_dynamic_smem_once<fwd_wgmma_kernel<T, C, true>>(Dv::kSmemBytes);
+  set_max_dynamic_smem_once<fwd_wgmma_kernel<T, C, false>>(Dv::kSmemBytes);
+  FwdTmaParams tp;
+  tp.p = params;
+  const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const int heads_kv = params.heads_q / params.group;
+  // Dense batches (and caches: rows up to the capacity seqlen_kv). Packed batches do not
+  // run here (choose()): their total row count is not known on the host.
+  tp.q_map =
+      make_tile_map({params.q, bf16, params.head_dim, params.mask.seqlen_q, params.heads_q, batch,
+                     params.q_stride[1], params.q_stride[2], params.q_stride[0], Dv::kBlockM});
+  tp.k_map =
+      make_tile_map({params.k, bf16, params.head_dim, params.mask.seqlen_kv, heads_kv, batch,
+                     params.k_stride[1], params.k_stride[2], params.k_stride[0], C::kBlockN});
+  tp.v_map =
+      make_tile_map({params.v, bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv, batch,
+                     params.v_stride[1], params.v_stride[2], params.v_stride[0], C::kBlockN});
+  const int num_qblocks = (params.mask.seqlen_q + Dv::kBlockM - 1) / Dv::kBlockM;
+  for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
+    tp.p.batch_offset = b0;
+    const dim3 grid(num_qblocks, params.heads_q, std::min(batch - b0, 65535));
+    kernel<<<grid, Dv::kThreads, Dv::kSmemBytes, stream>>>(tp);
+  }
+}
+
+}  // namespace flash::cuda

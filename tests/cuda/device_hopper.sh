@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One device call for the Hopper forward (fwd_wgmma_kernel.cuh) and the decode kernels:
+# build, the cuda forward + inference suites, numerics on cuda, SASS (HGMMA), the forward
+# A/B (wgmma vs FLASH_CUDA_FWD=mma, alternating) beside torch SDPA flash / cuDNN, decode
+# GB/s beside a device copy and torch, sanitizers on a reduced grid. Each step has a
+# time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
+# Usage (device, repo root, carry .carry): STEPS="build suite numerics sass ab torch decode sanitize" \
+#   bash tests/cuda/device_hopper.sh
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-build suite numerics sass ab torch decode}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+b=build-device
+if has build; then
+  start=$(date +%s)
+  source .ci/device_build.sh -DFLASHATTN_TESTS=ON > "$OUT/build.log" 2>&1 || true
+  echo "build: $(($(date +%s) - start)) s"
+  grep -E "error|FAILED" "$OUT/build.log" | head -20
+fi
+export LD_LIBRARY_PATH="$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:$PWD/.carry/benchmark/usr/lib/x86_64-linux-gnu"
+mod=$b/libflashattn_cuda.so
+[ -f "$mod" ] || mod=$(find $b -name libflashattn_cuda.so | head -1)
+tests=$b/tests/flashattn_tests
+rel=$b/tests/reliability/flashattn_reliability_tests
+if has suite; then
+  timeout ${SUITE_S:-240} $tests --gtest_filter="${SUITE_FILTER:-All/Forward.*/cuda_*:Inference/*cuda*}" \
+    > "$OUT/suite.log" 2>&1
+  echo "suite rc=$?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUT/suite.log" | head -30
+fi
+if has numerics; then
+  timeout 200 $rel --gtest_filter='*cuda*:Cuda*' > "$OUT/numerics.log" 2>&1
+  echo "numerics rc=$?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUT/numerics.log" | head -20
+fi
+if has sass; then
+  # HGMMA instructions per forward wgmma kernel (function headers start with "Function :").
+  cuobjdump -sass "$mod" 2>/dev/null |
+    awk '/Function :/ {f = $3} /HGMMA/ && f ~ /fwd_wgmma/ {n[f]++} END {for (k in n) print n[k], k}' |
+    tee "$OUT/sass_fwd.txt" | head -4
+  echo "sass: fwd_wgmma kernels with HGMMA: $(wc -l < "$OUT/sass_fwd.txt")"
+fi
+if has ab; then
+  for round in 1 2; do
+    for v in wgmma mma; do
+      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 200 $b/tests/cuda/cuda_module_bench "$mod" \
+        --dtype ${DTYPE:-bf16} --dims ${DIMS:-64 128 256} --seqlens ${SEQLENS:-1024 4096 16384} \
+        2>&1 | sed "s/^ours /$v /" | tee -a "$OUT/ab.log" | grep -E "^$v" | tr -s ' ' | cut -d' ' -f1,6,7,9
+    done
+  done
+fi
+if has torch; then
+  PYTHONUNBUFFERED=1 timeout 200 python3 .carry/torch_sdpa.py --dtype ${DTYPE:-bf16} --head-dim ${DIMS:-64 128 256} \
+    --seqlen ${SEQLENS:-1024 4096 16384} --backends flash cudnn 2>&1 | tee "$OUT/torch.log" | tail -20
+fi
+if has decode; then
+  timeout 200 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries 1 --page 0 64 \
+    2>&1 | tee "$OUT/decode.log"
+  ncu --clock-control none --kernel-name regex:decode \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+    $b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 32768 --queries 1 --page 0 \
+    --iters 1 > "$OUT/ncu.log" 2>&1
+  grep -E "^  [a-z_ ]*decode_|gpu__time|dram__" "$OUT/ncu.log" | sed 's/(DecodeParams).*//' | head -24
+fi
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $tests \
+      --gtest_filter='All/Forward.*/cuda_*' --gtest_filter="${SANITIZE_FILTER:-All/Forward.*d64*/cuda_bf16:All/Forward.*d128*causal*/cuda_f16}" \
+      > "$OUT/sanitize-$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$?"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$tool.log" | tail -2
+  done
+fi
