@@ -35,5 +35,6 @@ if has ncu; then
   grep -E "Stall|Warp Cycles|Issued|Eligible|Active Warps|Throughput|Bandwidth" "$OUT/ncu-stalls.log" | head -60
 fi
 if has torch; then
-  PYTHONUNBUFFERED=1 python3 bench/compare_torch_decode.py --heads-q 32 --queries 1 2>&1 | tee "$OUT/torch-decode.log"
+  PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --compare $b/bench/flashattn-compare --decode \
+    --heads 32 --queries 1 --paged 0 2>&1 | tee "$OUT/torch-decode.log"
 fi
