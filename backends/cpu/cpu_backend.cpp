@@ -27,6 +27,7 @@
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_plan.h"
 #include "backends/cpu/cpu_sequences.h"
+#include "backends/cpu/decode_plan.h"
 #include "backends/cpu/targets.h"
 #include "dispatch/backend_adapter.hpp"
 #include "dispatch/sequence_arrays.hpp"
@@ -86,27 +87,13 @@ struct CpuBackend {
   static bool owns_pointer(const void*) { return false; }  // host memory only
 
   static flash::detail::Choice choose(const flash_problem& p, int direction) {
-    // Every validated problem runs (any head_dim, dtype, mask, stride); only the SIMD
-    // target and the fast/tail path vary.
-    const TargetKernels& t = SelectTarget();
-    if (direction == FLASH_MERGE)
-      return flash::detail::Choice::run(std::string("cpu.merge.") + DTypeName(p.dtype));
-    const bool vec = p.head_dim % static_cast<int64_t>(t.tiles.lanes) == 0 &&
-                     p.head_dim_v % static_cast<int64_t>(t.tiles.lanes) == 0;
-    std::string kernel = std::string("cpu.") + (direction == FLASH_BACKWARD ? "bwd." : "fwd.") +
-                         t.name + "." + DTypeName(p.dtype) + ".d" + std::to_string(p.head_dim);
-    if (p.head_dim_v != p.head_dim) kernel += "v" + std::to_string(p.head_dim_v);
-    if (!vec) kernel += ".tail";
-    // Inference fields run per sequence (cpu_sequences.h); the name says how.
-    if (p.cu_seqlens_q || p.cu_seqlens_kv) kernel += ".packed";
-    if (p.seqlens_kv) kernel += ".cache";
-    if (p.block_table) kernel += ".paged-gather";
-    return flash::detail::Choice::run(kernel);
+    return flash::detail::Choice::run(Decide(p, direction, SelectTarget()).kernel);
   }
 
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
     const TargetKernels& t = SelectTarget();
+    if (Decide(p, FLASH_FORWARD, t).path == Path::kDecode) return DecodeForward(t, p, q, k, v, o);
     if (detail::has_sequence_arrays(p)) return ForwardSequences(t, p, q, k, v, o);
     CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
     const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses);
@@ -174,6 +161,58 @@ struct CpuBackend {
           if (lse) lse[li] = static_cast<float>(total);
         }
     });
+  }
+
+  enum class Path { kTiles, kDecode, kMerge };
+  struct Decision {
+    Path path;
+    std::string kernel;  // what choose() reports (FLASH_LOG=1)
+  };
+
+  // The one decision (choose() reports it, forward() follows it). Every validated
+  // problem runs (any head_dim, dtype, mask, stride); the SIMD target and the path vary.
+  // Decode (decode-inl.h): a forward whose rows per (sequence, kv head) fit one decode
+  // item, against enough keys to split, with head dims in whole pairs of vectors (the
+  // decode kernel has no partial vectors); it reads paged caches in place.
+  static Decision Decide(const flash_problem& p, int direction, const TargetKernels& t) {
+    if (direction == FLASH_MERGE)
+      return {Path::kMerge, std::string("cpu.merge.") + DTypeName(p.dtype)};
+    const int64_t lanes = static_cast<int64_t>(t.tiles.lanes);
+    const bool vec = p.head_dim % lanes == 0 && p.head_dim_v % lanes == 0;
+    // The decode kernel widens K/V rows 2 vectors at a time (decode-inl.h LoadPair).
+    const bool pairs = p.head_dim % (2 * lanes) == 0 && p.head_dim_v % (2 * lanes) == 0;
+    const bool decode = direction == FLASH_FORWARD && pairs &&
+                        p.seqlen_q * (p.heads_q / p.heads_kv) <= kDecodeMaxRows &&
+                        p.seqlen_kv >= kDecodeMinKeys;
+    std::string kernel = std::string("cpu.") +
+                         (decode                        ? "decode."
+                          : direction == FLASH_BACKWARD ? "bwd."
+                                                        : "fwd.") +
+                         t.name + "." + DTypeName(p.dtype) + ".d" + std::to_string(p.head_dim);
+    if (p.head_dim_v != p.head_dim) kernel += "v" + std::to_string(p.head_dim_v);
+    if (!vec) kernel += ".tail";
+    // Inference fields: the tiles run them per sequence (cpu_sequences.h), decode reads
+    // them directly; the name says how.
+    if (p.cu_seqlens_q || p.cu_seqlens_kv) kernel += ".packed";
+    if (p.seqlens_kv) kernel += ".cache";
+    if (p.block_table) kernel += decode ? ".paged" : ".paged-gather";
+    return {decode ? Path::kDecode : Path::kTiles, kernel};
+  }
+
+  // Decode: items (sequence, kv head, key chunk) in one parallel loop, then the combine
+  // of split (sequence, kv head) pairs in chunk order. The partials live in a scratch of
+  // the calling thread, grown to the largest call seen and reused (O(rows x head_dim_v x
+  // chunks): a few hundred KiB at most for B=8, Hq=32).
+  static void DecodeForward(const TargetKernels& t, const flash_problem& p, const void* q,
+                            const void* k, const void* v, void* o) {
+    DecodePlan plan = DecodePlan::Make(p, q, k, v, o);
+    static thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(plan.scratch_floats))
+      scratch.resize(static_cast<size_t>(plan.scratch_floats));
+    plan.scratch = scratch.data();
+    ParallelFor(plan.items, [&](int64_t item) { t.decode_item(plan, item); });
+    ParallelFor(static_cast<int64_t>(plan.combines.size()),
+                [&](int64_t u) { t.decode_combine(plan, plan.combines[static_cast<size_t>(u)]); });
   }
 
  private:

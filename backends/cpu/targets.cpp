@@ -13,6 +13,7 @@
 #include "hwy/highway.h"
 
 #include "backends/cpu/backward-inl.h"
+#include "backends/cpu/decode-inl.h"
 #include "backends/cpu/exp-inl.h"
 #include "backends/cpu/forward-inl.h"
 // clang-format on
@@ -24,6 +25,8 @@ void ForwardItem(const Plan& plan, int64_t item) { ForwardItemImpl(plan, item); 
 void BackwardDeltaItem(const Plan& plan, int64_t item) { BackwardDeltaItemImpl(plan, item); }
 void BackwardKvItem(const Plan& plan, int64_t item) { BackwardKvItemImpl(plan, item); }
 void BackwardQItem(const Plan& plan, int64_t item) { BackwardQItemImpl(plan, item); }
+void DecodeItem(const DecodePlan& plan, int64_t item) { DecodeItemImpl(plan, item); }
+void DecodeCombine(const DecodePlan& plan, int64_t unit) { DecodeCombineImpl(plan, unit); }
 TargetTiles GetTiles() { return MakeTargetTiles(); }
 
 void Exp2Array(const float* in, float* out, size_t n) {
@@ -56,6 +59,8 @@ HWY_EXPORT(ForwardItem);
 HWY_EXPORT(BackwardDeltaItem);
 HWY_EXPORT(BackwardKvItem);
 HWY_EXPORT(BackwardQItem);
+HWY_EXPORT(DecodeItem);
+HWY_EXPORT(DecodeCombine);
 HWY_EXPORT(GetTiles);
 HWY_EXPORT(Exp2Array);
 
@@ -92,6 +97,7 @@ std::vector<TargetKernels> Discover() {
     out.push_back({n.name, n.target, HWY_DISPATCH_TABLE(GetTiles)[i](),
                    HWY_DISPATCH_TABLE(ForwardItem)[i], HWY_DISPATCH_TABLE(BackwardDeltaItem)[i],
                    HWY_DISPATCH_TABLE(BackwardKvItem)[i], HWY_DISPATCH_TABLE(BackwardQItem)[i],
+                   HWY_DISPATCH_TABLE(DecodeItem)[i], HWY_DISPATCH_TABLE(DecodeCombine)[i],
                    HWY_DISPATCH_TABLE(Exp2Array)[i]});
   }
   return out;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_plan.h"
+#include "backends/cpu/decode_plan.h"
 
 namespace flash::cpu {
 
@@ -19,7 +20,9 @@ struct TargetKernels {
   void (*backward_delta_item)(const Plan&, int64_t item);
   void (*backward_kv_item)(const Plan&, int64_t item);
   void (*backward_q_item)(const Plan&, int64_t item);
-  void (*exp2)(const float* in, float* out, size_t n);  // for tests
+  void (*decode_item)(const DecodePlan&, int64_t item);     // decode-inl.h
+  void (*decode_combine)(const DecodePlan&, int64_t unit);  // unit = b·heads_kv + h
+  void (*exp2)(const float* in, float* out, size_t n);      // for tests
 };
 
 // Targets this binary has and this CPU runs, best first. Never empty (scalar).
