@@ -1,16 +1,17 @@
 // Forward attention on Hopper (sm_90a, f16 / bf16): warp-specialised wgmma + TMA.
 //
-// Algorithm (FlashAttention-3's structure): one block per (query tile of 128 rows, head,
-// batch), three warpgroups. Warpgroup 0 is the producer: it gives its registers away
-// (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q tile and of each
-// visible K and V tile into a ring of kStages shared-memory stages, each guarded by a
-// "full" mbarrier (bytes landed) and an "empty" one (both consumers done with it).
-// Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q·Kᵀ on wgmma with both
+// Algorithm (FlashAttention-3's structure): one block per (query tile, head, batch),
+// kConsumers + 1 warpgroups (tile_configs.hpp). Warpgroup 0 is the producer: it gives its
+// registers away (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q
+// tile and of each visible K and V tile into a ring of kStages shared-memory stages, each
+// guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer done
+// with it). The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma with both
 // operands in shared memory (m64 x kBlockN), the online softmax on the accumulators
 // (fwd_tile_ops.cuh: exact exponent form, softcap, mask only on boundary tiles), then
 // O += P·V on wgmma with P from registers (the S accumulators of n8 blocks 2kk, 2kk+1
-// are A fragment kk) and V as an MN-major shared-memory operand. The two consumers
-// overlap each other's softmax with their products through the tensor cores' queue.
+// are A fragment kk) and V as an MN-major shared-memory operand. Inside a warpgroup,
+// S(i) is issued before P(i-1)·V(i-1), so the softmax of S(i) runs while that product
+// is on the tensor cores; the consumers overlap each other the same way.
 // O is divided by the row sum once at the end; lse = ln Σ exp is written when asked.
 // Tiles outside the causal / window band are never loaded.
 //
@@ -45,10 +46,6 @@ struct FwdTmaParams {
   FwdParams p;
   CUtensorMap q_map, k_map, v_map;
 };
-
-// Register budgets after setmaxnreg: the producer keeps a few, the consumers take the
-// rest (3 warpgroups x 128 threads: 24 + 2 x 240 = 504 <= 512 registers per thread slot).
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 
 template <class T, class C, bool kSequences>
 __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
@@ -107,7 +104,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const int wg = tid / 128;
   if (wg == 0) {
     // ---- producer: one thread issues every copy ------------------------------------------
-    warpgroup_reg_dealloc<kProducerRegs>();
+    warpgroup_reg_dealloc<Dv::kProducerRegs>();
     if (tid != 0 || n_tiles == 0) return;
     tma_prefetch_map(&tp.q_map);
     tma_prefetch_map(&tp.k_map);
@@ -134,7 +131,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   }
 
   // ---- consumers: 64 query rows each ------------------------------------------------------
-  warpgroup_reg_alloc<kConsumerRegs>();
+  warpgroup_reg_alloc<Dv::kConsumerRegs>();
   const int c = wg - 1, ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
   const int g = lane / 4, tig = lane % 4;
   const int row0 = q0 + c * 64 + warp_in_wg * 16 + g;  // this lane's rows: row0, row0 + 8
@@ -150,35 +147,74 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
   float(&acc_flat)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(acc_o);
+  float s_acc[1][NT][4];  // S of the newest tile, then its P (f32)
+  float(&s_flat)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(s_acc);
+  uint32_t pf[KS][4] = {};  // P of the tile whose P·V is next, as A fragments
 
   // Q: this warpgroup's 64 rows of the K-major SW128 tile; k16 step kk is 32 bytes into
-  // column atom kk / 4.
+  // column atom kk / 4. K likewise (all BN rows).
   const uint64_t q_desc = gmma_desc(sQ + c * 64 * 128, 16, 1024, kGmmaSwizzle128);
-  if (n_tiles > 0) mbar_wait(full_q, 0);
+  const auto stage_of = [](int i) { return i % ST; };
+  const auto parity_of = [](int i) { return (i / ST) & 1; };
+  const auto key0_of = [&](int i) { return (tile_begin + i) * BN; };
+  const auto tile_masked = [&](int i) {
+    return !tile_fully_visible(mask, q0, q_last, key0_of(i), key0_of(i) + BN - 1);
+  };
 
-  for (int i = 0; i < n_tiles; ++i) {
-    const int s = i % ST, parity = (i / ST) & 1, k0 = (tile_begin + i) * BN;
-    const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
-
-    // ---- S = Q·Kᵀ (64 x BN) ----------------------------------------------------------------
-    float s_acc[1][NT][4];
-    float(&s_flat)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(s_acc);
-    mbar_wait(full_k(s), parity);
-    const uint64_t k_desc = gmma_desc(sK, 16, 1024, kGmmaSwizzle128);
-    wgmma_fence();
+  // Issues S = Q·K(i)ᵀ (64 x BN) on the tensor cores (not committed).
+  const auto issue_qk = [&](int i) {
+    const uint64_t k_desc =
+        gmma_desc(sK0 + stage_of(i) * Dv::kTileKVBytes, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma_ss<T, BN, 0, 0>(s_flat, gmma_desc_add(q_desc, (kk / 4) * BM * 128 + (kk % 4) * 32),
                             gmma_desc_add(k_desc, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s_flat);
-    mbar_arrive(empty_k(s));
-
-    // ---- softcap, mask, online softmax (rows row0, row0 + 8) ----------------------------
-    const bool masked = !tile_fully_visible(mask, q0, q_last, k0, k0 + BN - 1);
-    softcap_and_mask(s_acc, p.softcap, mask, use_softcap, cap_in, masked, row0, k0 + tig * 2);
-    float alpha[2];
+  };
+  // Whether tile i's P·V must take the exact scalar path: a boundary tile whose V holds a
+  // NaN or inf (block-uniform condition; the warpgroup votes on named barrier 1 + c).
+  const auto needs_exact_pv = [&](int i) {
+    if (!tile_masked(i)) return false;
+    const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes;
+    bool bad = false;
+    constexpr int kChunksPerThread = Dv::kTileKVBytes / 16 / 128;
+#pragma unroll 4
+    for (int it = 0; it < kChunksPerThread; ++it)
+      bad |= has_nonfinite<T>(lds128(sV + (it * 128 + ct) * 16));
+    // The vote's result is the same in every thread; __any_sync makes that visible to
+    // ptxas (a wgmma under a branch it cannot prove warp-uniform is serialised, C7520).
+    return __any_sync(0xffffffffu, named_barrier_or(1 + c, 128, bad)) != 0;
+  };
+  // O += P(i)·V(i) with scalar FMAs over the keys each row sees (the exact path). Runs
+  // only while no product is in flight: a non-wgmma write of O inside a wgmma pipeline
+  // stage would make ptxas serialise every product (C7515).
+  const auto pv_exact = [&](int i) {
+    const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes;
+    const auto frag = [&](int, int kk, int reg, int src) {
+      return __shfl_sync(0xffffffffu, pf[kk][reg], src);
+    };
+    const auto v_chunk = [&](int key, int chunk) { return sw128_addr<BN>(sV, key, chunk); };
+    pv_visible_keys_only<T, 1, KS, OT>(acc_o, frag, v_chunk, mask, row0, key0_of(i));
+  };
+  // Issues O += P(i)·V(i) on the tensor cores (not committed).
+  const auto issue_pv = [&](int i) {
+    const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes;
+#pragma unroll
+    for (int part = 0; part < D / kON; ++part) {
+      // V as the MN-major B operand: k16 step = 16 key rows (2048 bytes); LBO = the next
+      // 64-column atom, BN rows further.
+      const uint64_t v_desc =
+          gmma_desc(sV + part * (kON / 64) * BN * 128, BN * 128, 1024, kGmmaSwizzle128);
+      float(&acc_part)[kON / 2] = reinterpret_cast<float(&)[kON / 2]>(acc_o[0][part * kON / 8]);
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk)
+        wgmma_rs<T, kON, 1>(acc_part, pf[kk], gmma_desc_add(v_desc, kk * 2048), 1);
+    }
+  };
+  // Softcap, mask and the online softmax of S(i) in place (P in f32); updates the row
+  // max and sum and returns in alpha the factor O must be scaled by before P(i)·V(i).
+  const auto softmax = [&](int i, float(&alpha)[2]) {
+    softcap_and_mask(s_acc, p.softcap, mask, use_softcap, cap_in, tile_masked(i), row0,
+                     key0_of(i) + tig * 2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -200,6 +236,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       }
       row_sum[h] = row_sum[h] * alpha[h] + sum;  // per-thread partial; reduced at the end
     }
+  };
+  const auto rescale_o = [&](const float(&alpha)[2]) {
 #pragma unroll
     for (int nt = 0; nt < OT; ++nt) {
       acc_o[0][nt][0] *= alpha[0];
@@ -207,7 +245,10 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       acc_o[0][nt][2] *= alpha[1];
       acc_o[0][nt][3] *= alpha[1];
     }
-    uint32_t pf[KS][4];
+  };
+  // P in the input dtype, laid out as the A operand: the accumulators of S's n8 blocks
+  // 2kk and 2kk + 1 (keys 16kk .. 16kk + 15) form A fragment kk.
+  const auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
       pf[kk][0] = pack2<T>(s_acc[0][2 * kk][0], s_acc[0][2 * kk][1]);
@@ -215,42 +256,56 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       pf[kk][2] = pack2<T>(s_acc[0][2 * kk + 1][0], s_acc[0][2 * kk + 1][1]);
       pf[kk][3] = pack2<T>(s_acc[0][2 * kk + 1][2], s_acc[0][2 * kk + 1][3]);
     }
+  };
 
-    // ---- O += P·V ----------------------------------------------------------------------
-    mbar_wait(full_v(s), parity);
-    bool exact = false;
-    if (masked) {  // block-uniform: the whole warpgroup votes (named barrier 1 + c)
-      bool bad = false;
-      constexpr int kChunksPerThread = Dv::kTileKVBytes / 16 / 128;
-#pragma unroll 4
-      for (int it = 0; it < kChunksPerThread; ++it)
-        bad |= has_nonfinite<T>(lds128(sV + (it * 128 + ct) * 16));
-      exact = named_barrier_or(1 + c, 128, bad);
+  if (n_tiles > 0) {
+    mbar_wait(full_q, 0);
+    // Tile 0: S, softmax, P (O is still 0: no rescale).
+    float alpha[2];
+    mbar_wait(full_k(0), 0);
+    wgmma_fence();
+    issue_qk(0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(s_flat);
+    mbar_arrive(empty_k(0));
+    softmax(0, alpha);
+    pack_p();
+    // Tile i: S(i) is issued before P(i-1)·V(i-1), and the softmax of S(i) runs while
+    // that product is still on the tensor cores (FlashAttention-3's intra-warpgroup
+    // overlap); O is rescaled once the product has landed.
+    for (int i = 1; i < n_tiles; ++i) {
+      mbar_wait(full_k(stage_of(i)), parity_of(i));
+      mbar_wait(full_v(stage_of(i - 1)), parity_of(i - 1));
+      const bool exact = needs_exact_pv(i - 1);
+      if (exact) pv_exact(i - 1);
+      wgmma_fence();  // pf and O were written by ordinary instructions
+      issue_qk(i);
+      wgmma_commit();
+      if (!exact) issue_pv(i - 1);
+      wgmma_commit();   // an empty group on the exact path
+      wgmma_wait<1>();  // S(i) has landed; P(i-1)·V(i-1) may still run
+      wgmma_fence_operands(s_flat);
+      mbar_arrive(empty_k(stage_of(i)));
+      softmax(i, alpha);
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc_flat);
+      mbar_arrive(empty_v(stage_of(i - 1)));
+      rescale_o(alpha);
+      pack_p();
     }
-    if (exact) {
-      const auto frag = [&](int, int kk, int reg, int src) {
-        return __shfl_sync(0xffffffffu, pf[kk][reg], src);
-      };
-      const auto v_chunk = [&](int key, int chunk) { return sw128_addr<BN>(sV, key, chunk); };
-      pv_visible_keys_only<T, 1, KS, OT>(acc_o, frag, v_chunk, mask, row0, k0);
+    const int last = n_tiles - 1;
+    mbar_wait(full_v(stage_of(last)), parity_of(last));
+    if (needs_exact_pv(last)) {
+      pv_exact(last);
     } else {
       wgmma_fence();
-#pragma unroll
-      for (int part = 0; part < D / kON; ++part) {
-        // V as the MN-major B operand: k16 step = 16 key rows (2048 bytes); LBO = the
-        // next 64-column atom, BN rows further.
-        const uint64_t v_desc =
-            gmma_desc(sV + part * (kON / 64) * BN * 128, BN * 128, 1024, kGmmaSwizzle128);
-        float(&acc_part)[kON / 2] = reinterpret_cast<float(&)[kON / 2]>(acc_o[0][part * kON / 8]);
-#pragma unroll
-        for (int kk = 0; kk < KS; ++kk)
-          wgmma_rs<T, kON, 1>(acc_part, pf[kk], gmma_desc_add(v_desc, kk * 2048), 1);
-      }
+      issue_pv(last);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(acc_flat);
     }
-    mbar_arrive(empty_v(s));
+    mbar_arrive(empty_v(stage_of(last)));
   }
 
   // ---- normalise, store O and lse ------------------------------------------------------------

@@ -109,23 +109,25 @@ struct FwdPairDerived {
 
 // Hopper forward (fwd_wgmma_kernel.cuh, sm_90a): kConsumers warpgroups of 64 query rows
 // run wgmma on K/V tiles of kBlockN keys that one producer thread streams with TMA into
-// a ring of kStages stages; Q, K and V tiles in 128-byte-swizzled shared memory.
+// a ring of kStages shared-memory stages; Q, K and V tiles in 128-byte-swizzled shared
+// memory. Three consumers at D = 64 (192-row tiles: a 64-wide product is short, more rows
+// per K/V tile amortise its loads), two above.
 template <int kDim>
 struct FwdWgmmaConfig;
-#define FLASH_FWD_WGMMA_CONFIG(D, BN, ST)                                          \
-  template <>                                                                      \
-  struct FwdWgmmaConfig<D> {                                                       \
-    static constexpr int kDim = D, kBlockN = BN, kStages = ST;                     \
-    static constexpr const char* kName = "wgmma_fwd_d" #D "_q128_kv" #BN "_s" #ST; \
+#define FLASH_FWD_WGMMA_CONFIG(D, BN, ST, WG)                                             \
+  template <>                                                                             \
+  struct FwdWgmmaConfig<D> {                                                              \
+    static constexpr int kDim = D, kBlockN = BN, kStages = ST, kConsumers = WG;           \
+    static constexpr const char* kName = "wgmma_fwd_d" #D "_q" #WG "x64_kv" #BN "_s" #ST; \
   };
 #ifndef FLASH_FWD_WGMMA_TUNE_64
-#define FLASH_FWD_WGMMA_TUNE_64 128, 2
+#define FLASH_FWD_WGMMA_TUNE_64 128, 2, 3
 #endif
 #ifndef FLASH_FWD_WGMMA_TUNE_128
-#define FLASH_FWD_WGMMA_TUNE_128 128, 2
+#define FLASH_FWD_WGMMA_TUNE_128 128, 2, 2
 #endif
 #ifndef FLASH_FWD_WGMMA_TUNE_256
-#define FLASH_FWD_WGMMA_TUNE_256 64, 2
+#define FLASH_FWD_WGMMA_TUNE_256 64, 2, 2
 #endif
 #define FLASH_FWD_WGMMA_CONFIG_X(D, ...) FLASH_FWD_WGMMA_CONFIG(D, __VA_ARGS__)
 FLASH_FWD_WGMMA_CONFIG_X(64, FLASH_FWD_WGMMA_TUNE_64)
@@ -136,9 +138,14 @@ FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 
 template <class C>
 struct FwdWgmmaDerived {
-  static constexpr int kConsumers = 2;  // warpgroups of 64 query rows
+  static constexpr int kConsumers = C::kConsumers;  // warpgroups of 64 query rows
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
+  // setmaxnreg budgets: the producer keeps 24 registers per thread, the consumers share
+  // the rest of the 64K-register file (rounded down to a multiple of 8, at most 240).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegsFit = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsFit > 240 ? 240 : kConsumerRegsFit;
   static constexpr int kTileQBytes = kBlockM * C::kDim * 2;
   static constexpr int kTileKVBytes = C::kBlockN * C::kDim * 2;
   // mbarriers: Q full, then K full, V full, K empty, V empty per stage.
@@ -146,10 +153,13 @@ struct FwdWgmmaDerived {
   // 1024 bytes of slack: the swizzled tiles need a 1024-byte aligned base.
   static constexpr int kSmemBytes =
       1024 + kTileQBytes + 2 * C::kStages * kTileKVBytes + 8 * kBarriers;
+  static_assert(kConsumers >= 1 && kConsumers <= 3 && kBlockM <= 256,
+                "named barriers 1..3; a TMA box has at most 256 rows");
   static_assert(C::kDim % 64 == 0, "tiles are whole 64-column (128-byte) swizzle atoms");
   static_assert(C::kBlockN == 64 || C::kBlockN == 128, "S = Q·Kᵀ is one m64nNk16 chain");
   static_assert(C::kDim <= 128 || C::kDim % 128 == 0, "P·V in products of N <= 128");
   static_assert(C::kStages >= 2, "a ring needs two stages");
+  static_assert(kConsumerRegs >= 128, "room for the S and O accumulators");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 

@@ -4,7 +4,7 @@
 # A/B (wgmma vs FLASH_CUDA_FWD=mma, alternating) beside torch SDPA flash / cuDNN, decode
 # GB/s beside a device copy and torch, sanitizers on a reduced grid. Each step has a
 # time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build suite numerics sass ab torch decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -18,6 +18,24 @@ if has build; then
   echo "build: $(($(date +%s) - start)) s"
   grep -E "error|FAILED" "$OUT/build.log" | head -20
 fi
+# A/B builds: the previous forward (a tree snapshot in .carry/old, e.g. `git archive
+# <commit> | tar -x -C .carry/old`) and, with DECODE_VARIANT_FLAGS, a decode variant,
+# each as a standalone cuda module.
+if has abbuild; then
+  if [ -d .carry/old ]; then
+    (cmake -S .carry/old/backends/cuda -B build-old -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a &&
+      cmake --build build-old -j16 --target flashattn_cuda) > "$OUT/build-old.log" 2>&1
+    echo "build-old rc=$?"
+  fi
+  if [ -n "${DECODE_VARIANT_FLAGS:-}" ]; then
+    (cmake -S backends/cuda -B build-variant -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DCMAKE_CUDA_FLAGS="$DECODE_VARIANT_FLAGS" && cmake --build build-variant -j16 --target flashattn_cuda) \
+      > "$OUT/build-variant.log" 2>&1
+    echo "build-variant rc=$?"
+  fi
+fi
+old_mod=$(find build-old -name libflashattn_cuda.so 2>/dev/null | head -1)
+variant_mod=$(find build-variant -name libflashattn_cuda.so 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:$PWD/.carry/benchmark/usr/lib/x86_64-linux-gnu"
 mod=$b/libflashattn_cuda.so
 [ -f "$mod" ] || mod=$(find $b -name libflashattn_cuda.so | head -1)
@@ -41,10 +59,14 @@ if has sass; then
     tee "$OUT/sass_fwd.txt" | head -4
   echo "sass: fwd_wgmma kernels with HGMMA: $(wc -l < "$OUT/sass_fwd.txt")"
 fi
+# Forward A/B, alternating: "new" (this tree), "old" (build-old, if built) or "mma"
+# (this tree with FLASH_CUDA_FWD=mma).
 if has ab; then
   for round in 1 2; do
-    for v in wgmma mma; do
-      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 200 $b/tests/cuda/cuda_module_bench "$mod" \
+    for v in ${AB:-new mma}; do
+      m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod
+      [ -n "$m" ] || continue
+      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
         --dtype ${DTYPE:-bf16} --dims ${DIMS:-64 128 256} --seqlens ${SEQLENS:-1024 4096 16384} \
         2>&1 | sed "s/^ours /$v /" | tee -a "$OUT/ab.log" | grep -E "^$v" | tr -s ' ' | cut -d' ' -f1,6,7,9
     done
@@ -57,6 +79,11 @@ fi
 if has decode; then
   timeout 200 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries 1 --page 0 64 \
     2>&1 | tee "$OUT/decode.log"
+  if [ -n "$variant_mod" ]; then
+    echo "decode variant: $DECODE_VARIANT_FLAGS"
+    FLASH_BACKEND_PATH=$(dirname "$variant_mod") timeout 200 $b/bench/flashattn-decode-bench \
+      --backend cuda --iters 30 --queries 1 --page 0 64 2>&1 | tee "$OUT/decode-variant.log"
+  fi
   ncu --clock-control none --kernel-name regex:decode \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
     $b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 32768 --queries 1 --page 0 \
@@ -66,7 +93,7 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $tests \
-      --gtest_filter='All/Forward.*/cuda_*' --gtest_filter="${SANITIZE_FILTER:-All/Forward.*d64*/cuda_bf16:All/Forward.*d128*causal*/cuda_f16}" \
+      --gtest_filter="${SANITIZE_FILTER:-All/Forward.*/cuda_s17x113*:All/Forward.*/cuda_s113x17*:All/Forward.*/cuda_s257_d128*}" \
       > "$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool rc=$?"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize-$tool.log" | tail -2
