@@ -30,8 +30,11 @@ constexpr int64_t kDecodeMaxRows = 16;
 // ... and the cache is long enough that splitting keys pays (below this, one prefill
 // tile covers every key and there is nothing to split).
 constexpr int64_t kDecodeMinKeys = 64;
-// kv heads per item (a 4 KiB [heads, dim] row at Hkv=8, D=128, f32).
+// kv heads per item (a 4 KiB [heads, dim] row at Hkv=8, D=128, f32), fewer when the
+// rows would not stay in L1: Q and O of an item are rows x (D + Dv) floats, 32 KiB at
+// 32 rows and D = 128.
 constexpr int64_t kDecodeHeadsPerItem = 8;
+constexpr int64_t kDecodeRowsPerItem = 32;
 // Aim for this many items: 8 per core of a 16-core host, so the dynamic schedule
 // balances uneven sequences; a constant, not the thread count (determinism).
 constexpr int64_t kDecodeTargetItems = 128;
@@ -101,7 +104,10 @@ struct DecodePlan {
   static DecodePlan Make(const flash_problem& p, const void* q, const void* k, const void* v,
                          void* o) {
     DecodePlan plan{&p, q, k, v, o, p.heads_q / p.heads_kv, 0, 0, 0, {}, 0, {}, nullptr, 0};
-    plan.heads_per_item = std::min(p.heads_kv, kDecodeHeadsPerItem);
+    plan.heads_per_item = std::min(
+        p.heads_kv,
+        std::clamp<int64_t>(kDecodeRowsPerItem / std::max<int64_t>(1, p.seqlen_q * plan.group), 1,
+                            kDecodeHeadsPerItem));
     plan.head_blocks = (p.heads_kv + plan.heads_per_item - 1) / plan.heads_per_item;
     const detail::SequenceArrays arrays = detail::arrays_of(p);
     int64_t total_keys = 0;
