@@ -21,8 +21,10 @@
 // o = 0, lse = -inf.
 // Tolerance class: f32 accumulation throughout; error comparable to a naive f32
 // attention (the cross-backend suite's 2x-naive rule).
-// Measured 2026-11-22, dev machine (2 vCPUs, AVX-512, 2 threads), Hq=32 Hkv=8 D=128,
-// one token: see backends/cpu/README.md (Inference fields) for GB/s vs a host copy.
+// Measured 2026-11-24, device host (Xeon, 16 cores, 16 threads), Hq=32 Hkv=8 D=128, one
+// token, B=1/8, 8k/128k keys: f32 113-158 GB/s of K+V = 0.99-1.45 of a 16-thread host
+// copy in the same run, bf16 68-99 GB/s = 0.90-1.74 (was 6-28 GB/s, 0.10-0.43, on the
+// prefill tiles). Details and the dev machine: backends/cpu/README.md.
 // Run: build/tests/cpu/flash_cpu_decode_test (vs the fp64 oracle, every SIMD target,
 // bitwise equal across thread counts), build/bench/flashattn-decode-bench --backend cpu.
 
@@ -60,15 +62,20 @@ struct DecodeConfig {
   static constexpr size_t kDvVecs = HWY_TARGET == HWY_AVX3 ? 4 : 2;
   // Keys per Q·K step (they share each Q vector load).
   static constexpr size_t kQkKeys = 2;
-  // Keys per P·V step: O stays in registers over this many keys of one head, then the
-  // next head's rows of the same keys follow, so V is read in address order.
+  // Keys per P·V step: O stays in registers over this many keys of one head before the
+  // next head (4, heads interleaved so V is read in address order, was 5-8% slower in
+  // cache on the dev machine and no faster from memory).
   static constexpr size_t kPvKeys = 16;
-  // How far ahead the K/V rows are prefetched (into L1), in blocks; the hints are
-  // spread over the Q·K steps. On the 16-core device host (Xeon, 16 threads) this beat
-  // no software prefetch by 10-20% and hints towards L2 (2 or 4 blocks ahead) by
-  // 5-30%; issuing a whole block's hints at once stalled on full miss buffers (perf,
-  // dev machine: 47% of the kernel's time on prefetch instructions).
-  static constexpr size_t kPrefetchBlocks = 1;
+  // How far ahead the K/V rows are prefetched, in blocks, per DecodePrefetch policy
+  // (decode_plan.h); the hints are spread over the Q·K steps (a whole block's hints at
+  // once stalled on full miss buffers: perf put 47% of the kernel's time on them).
+  // Intel (16-core device host, 16 threads): into L1, one block ahead, beat no software
+  // prefetch by 10-20% and hints towards L2 2 or 4 blocks ahead by 5-30%. AMD (dev
+  // machine, Zen 4, one thread): towards L2, two blocks ahead, took 59-61 ns per key
+  // and head (bf16) where L1 one block ahead took 85 and none 80-97; the L1 hints of a
+  // block's rows, 4 KiB apart, alias into the same few L1 sets there.
+  static constexpr size_t kPrefetchBlocksL1 = 1;
+  static constexpr size_t kPrefetchBlocksL2 = 2;
   static constexpr size_t kLine = 64;  // bytes per prefetch hint (one cache line)
 };
 static_assert(DecodeConfig::kBlock % hn::MaxLanes(hn::ScalableTag<float>()) == 0,
@@ -278,15 +285,22 @@ HWY_INLINE bool SoftmaxRow(float* HWY_RESTRICT s, size_t kb, int64_t t_lo, int64
 }
 
 // Prefetches k_bytes / v_bytes from the K / V row starts of keys [j, j + n).
+HWY_INLINE void PrefetchLine(const char* p, bool l2) {
+  // hwy::Prefetch targets L1 only; towards L2 it takes the compiler's hint (T2).
+  if (l2)
+    __builtin_prefetch(p, 0, 1);
+  else
+    hwy::Prefetch(p);
+}
 HWY_INLINE void PrefetchKeys(const KvRows& kr, const KvRows& vr, int64_t j, size_t n,
-                             size_t k_bytes, size_t v_bytes) {
+                             size_t k_bytes, size_t v_bytes, bool l2) {
   const char* rows[DecodeConfig::kBlock];
   kr.Rows(j, n, rows);
   for (size_t t = 0; t < n; ++t)
-    for (size_t off = 0; off < k_bytes; off += DecodeConfig::kLine) hwy::Prefetch(rows[t] + off);
+    for (size_t off = 0; off < k_bytes; off += DecodeConfig::kLine) PrefetchLine(rows[t] + off, l2);
   vr.Rows(j, n, rows);
   for (size_t t = 0; t < n; ++t)
-    for (size_t off = 0; off < v_bytes; off += DecodeConfig::kLine) hwy::Prefetch(rows[t] + off);
+    for (size_t off = 0; off < v_bytes; off += DecodeConfig::kLine) PrefetchLine(rows[t] + off, l2);
 }
 
 // Writes normalised rows (o / l, lse = ln2·(m + log2 l)) of one (sequence, kv head).
@@ -360,10 +374,12 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
   // heads are packed, as in [.., heads, dim]).
   const size_t k_span = static_cast<size_t>(k_head) * (heads - 1) + D * sizeof(T);
   const size_t v_span = static_cast<size_t>(v_head) * (heads - 1) + Dv * sizeof(T);
-  const int64_t ahead = static_cast<int64_t>(DecodeConfig::kPrefetchBlocks * K);
+  const bool l2 = plan.prefetch == DecodePrefetch::kL2Far;
+  const int64_t ahead = static_cast<int64_t>(
+      (l2 ? DecodeConfig::kPrefetchBlocksL2 : DecodeConfig::kPrefetchBlocksL1) * K);
   for (int64_t j = j_begin; j <= j_end && j < j_begin + ahead; j += static_cast<int64_t>(K))
     PrefetchKeys(kr, vr, j, static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j)), k_span,
-                 v_span);
+                 v_span, l2);
 
   // Key rows of each head of the block: kp[hh·K + t].
   constexpr size_t HI = static_cast<size_t>(kDecodeHeadsPerItem);
@@ -399,7 +415,7 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
         PrefetchKeys(
             kr, vr, j_pf + static_cast<int64_t>(t),
             static_cast<size_t>(std::min<int64_t>(QK, j_end + 1 - j_pf - static_cast<int64_t>(t))),
-            k_span, v_span);
+            k_span, v_span, l2);
       for (size_t hh = 0; hh < heads; ++hh)
         for (size_t r0 = 0; r0 < RH; r0 += RP)
           WithRows(std::min(RP, RH - r0), [&](auto rows) {
