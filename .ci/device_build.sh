@@ -18,7 +18,8 @@ cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90a "$@" >/dev/null
 # Keep going past a failing target (ninja -k 0) so one broken test binary does not
 # stop the others; the failure is printed and the status says so.
-if ! cmake --build build-device -j16 -- -k 0; then
+# BUILD_TARGETS (space-separated) limits the build to those targets and what they need.
+if ! cmake --build build-device -j16 ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0; then
   echo "device_build: some targets failed to build (see above)"
   false
 fi

@@ -21,12 +21,14 @@
 
 namespace flash::cuda {
 
-// Tuning builds may override the warp tile (keys) and the most warps per block.
+// Tuning builds may override the warp tile (keys) and the most warps per block. 16-key
+// tiles and 8 warps (two per scheduler) measured 1-2 % above 32-key tiles and 4 warps at
+// every decode shape (bench/RESULTS.md, 2026-11-24).
 #ifndef FLASH_DECODE_TILE_KEYS
-#define FLASH_DECODE_TILE_KEYS 32
+#define FLASH_DECODE_TILE_KEYS 16
 #endif
 #ifndef FLASH_DECODE_MAX_WARPS
-#define FLASH_DECODE_MAX_WARPS 4
+#define FLASH_DECODE_MAX_WARPS 8
 #endif
 
 template <class T, int kDim_>

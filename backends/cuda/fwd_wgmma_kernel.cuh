@@ -11,7 +11,8 @@
 // O += P·V on wgmma with P from registers (the S accumulators of n8 blocks 2kk, 2kk+1
 // are A fragment kk) and V as an MN-major shared-memory operand. Inside a warpgroup,
 // S(i) is issued before P(i-1)·V(i-1), so the softmax of S(i) runs while that product
-// is on the tensor cores; the consumers overlap each other the same way.
+// is on the tensor cores; the consumers' products and softmaxes also interleave on the
+// SM (an explicit ping-pong between them, named-barrier turns, measured neutral).
 // O is divided by the row sum once at the end; lse = ln Σ exp is written when asked.
 // Tiles outside the causal / window band are never loaded.
 //
@@ -39,6 +40,9 @@
 #include "wgmma_ops.cuh"
 
 namespace flash::cuda {
+
+// Named barrier of consumer c's exact-path vote (0 is __syncthreads').
+constexpr int kVoteBarrier0 = 1;
 
 // The kernel's parameters: the descriptor's and the three tensor maps (read by the copy
 // engine from parameter space: __grid_constant__).
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       bad |= has_nonfinite<T>(lds128(sV + (it * 128 + ct) * 16));
     // The vote's result is the same in every thread; __any_sync makes that visible to
     // ptxas (a wgmma under a branch it cannot prove warp-uniform is serialised, C7520).
-    return __any_sync(0xffffffffu, named_barrier_or(1 + c, 128, bad)) != 0;
+    return __any_sync(0xffffffffu, named_barrier_or(kVoteBarrier0 + c, 128, bad)) != 0;
   };
   // O += P(i)·V(i) with scalar FMAs over the keys each row sees (the exact path). Runs
   // only while no product is in flight: a non-wgmma write of O inside a wgmma pipeline
@@ -237,7 +241,10 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       row_sum[h] = row_sum[h] * alpha[h] + sum;  // per-thread partial; reduced at the end
     }
   };
+  // O *= alpha per row, skipped when no row max of this warp moved (after the first tiles
+  // a new maximum is rare; the warp's rows are its own, so the vote is per warp).
   const auto rescale_o = [&](const float(&alpha)[2]) {
+    if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
     for (int nt = 0; nt < OT; ++nt) {
       acc_o[0][nt][0] *= alpha[0];

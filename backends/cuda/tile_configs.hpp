@@ -120,11 +120,18 @@ struct FwdWgmmaConfig;
     static constexpr int kDim = D, kBlockN = BN, kStages = ST, kConsumers = WG;           \
     static constexpr const char* kName = "wgmma_fwd_d" #D "_q" #WG "x64_kv" #BN "_s" #ST; \
   };
+// (Stage counts alone may be set by single-value macros: nvcc splits -D values at commas.)
+#ifndef FLASH_FWD_WGMMA_STAGES_64
+#define FLASH_FWD_WGMMA_STAGES_64 2
+#endif
+#ifndef FLASH_FWD_WGMMA_STAGES_128
+#define FLASH_FWD_WGMMA_STAGES_128 2
+#endif
 #ifndef FLASH_FWD_WGMMA_TUNE_64
-#define FLASH_FWD_WGMMA_TUNE_64 128, 2, 3
+#define FLASH_FWD_WGMMA_TUNE_64 128, FLASH_FWD_WGMMA_STAGES_64, 3
 #endif
 #ifndef FLASH_FWD_WGMMA_TUNE_128
-#define FLASH_FWD_WGMMA_TUNE_128 128, 2, 2
+#define FLASH_FWD_WGMMA_TUNE_128 128, FLASH_FWD_WGMMA_STAGES_128, 2
 #endif
 #ifndef FLASH_FWD_WGMMA_TUNE_256
 #define FLASH_FWD_WGMMA_TUNE_256 64, 2, 2

@@ -19,17 +19,17 @@ if has build; then
   grep -E "error|FAILED" "$OUT/build.log" | head -20
 fi
 # A/B builds: the previous forward (a tree snapshot in .carry/old, e.g. `git archive
-# <commit> | tar -x -C .carry/old`) and, with DECODE_VARIANT_FLAGS, a decode variant,
-# each as a standalone cuda module.
+# <commit> | tar -x -C .carry/old`) and, with VARIANT_FLAGS (CUDA -D flags; no commas in
+# values: nvcc splits them), a variant of this tree, each as a standalone cuda module.
 if has abbuild; then
   if [ -d .carry/old ]; then
     (cmake -S .carry/old/backends/cuda -B build-old -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a &&
       cmake --build build-old -j16 --target flashattn_cuda) > "$OUT/build-old.log" 2>&1
     echo "build-old rc=$?"
   fi
-  if [ -n "${DECODE_VARIANT_FLAGS:-}" ]; then
+  if [ -n "${VARIANT_FLAGS:-}" ]; then
     (cmake -S backends/cuda -B build-variant -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
-      -DCMAKE_CUDA_FLAGS="$DECODE_VARIANT_FLAGS" && cmake --build build-variant -j16 --target flashattn_cuda) \
+      -DCMAKE_CUDA_FLAGS="$VARIANT_FLAGS" && cmake --build build-variant -j16 --target flashattn_cuda) \
       > "$OUT/build-variant.log" 2>&1
     echo "build-variant rc=$?"
   fi
@@ -62,7 +62,7 @@ fi
 # Forward A/B, alternating: "new" (this tree), "old" (build-old, if built) or "mma"
 # (this tree with FLASH_CUDA_FWD=mma).
 if has ab; then
-  for round in 1 2; do
+  for round in $(seq ${ROUNDS:-2}); do
     for v in ${AB:-new mma}; do
       m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod
       [ -n "$m" ] || continue
@@ -76,23 +76,21 @@ if has torch; then
   PYTHONUNBUFFERED=1 timeout 200 python3 .carry/torch_sdpa.py --dtype ${DTYPE:-bf16} --head-dim ${DIMS:-64 128 256} \
     --seqlen ${SEQLENS:-1024 4096 16384} --backends flash cudnn 2>&1 | tee "$OUT/torch.log" | tail -20
 fi
+# Decode GB/s of K+V beside a device copy (flashattn-decode-bench: no reference run).
+if has decodebench; then
+  timeout 150 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
+    --page 0 64 2>&1 | tee "$OUT/decodebench.log"
+fi
+# Decode: ours (contiguous and paged, beside the device copy) and torch SDPA flash /
+# cuDNN in one table (bench/compare_torch.py --decode).
 if has decode; then
-  timeout 200 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries 1 --page 0 64 \
-    2>&1 | tee "$OUT/decode.log"
-  if [ -n "$variant_mod" ]; then
-    echo "decode variant: $DECODE_VARIANT_FLAGS"
-    FLASH_BACKEND_PATH=$(dirname "$variant_mod") timeout 200 $b/bench/flashattn-decode-bench \
-      --backend cuda --iters 30 --queries 1 --page 0 64 2>&1 | tee "$OUT/decode-variant.log"
-  fi
-  ncu --clock-control none --kernel-name regex:decode \
-    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-    $b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 32768 --queries 1 --page 0 \
-    --iters 1 > "$OUT/ncu.log" 2>&1
-  grep -E "^  [a-z_ ]*decode_|gpu__time|dram__" "$OUT/ncu.log" | sed 's/(DecodeParams).*//' | head -24
+  PYTHONUNBUFFERED=1 timeout 250 python3 bench/compare_torch.py --compare $b/bench/flashattn-compare \
+    --decode --heads ${DECODE_HEADS:-32} --batch 1 8 --keys 8192 32768 131072 \
+    --queries ${DECODE_QUERIES:-1 4} --paged 0 64 2>&1 | tee "$OUT/decode.log" | tail -30
 fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $tests \
+    timeout ${SANITIZE_S:-240} compute-sanitizer --tool $tool --error-exitcode 9 $tests \
       --gtest_filter="${SANITIZE_FILTER:-All/Forward.*/cuda_s17x113*:All/Forward.*/cuda_s113x17*:All/Forward.*/cuda_s257_d128*}" \
       > "$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool rc=$?"
