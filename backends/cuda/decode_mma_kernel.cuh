@@ -174,12 +174,16 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     if (n < my_tiles) load_tile(n);
     cp_async_commit();
   }
+  // Q (copied by the whole block, the oldest group) visible to every warp: one barrier
+  // that all threads reach, whatever their tile count (a barrier inside the tile loop
+  // would be reached by some warps only: synccheck's divergent barrier).
+  cp_async_wait<S::kStages - 1>();
+  __syncthreads();
   for (int n = 0; n < my_tiles; ++n) {
     if (n + S::kStages - 1 < my_tiles) load_tile(n + S::kStages - 1);
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
     __syncwarp();
-    if (n == 0) __syncthreads();  // Q (copied by the whole block) visible; first tile only
     const int stage_off = (n % S::kStages) * S::kStageBytes;
     const int k0 = k_begin + (warp + W * n) * KT;
 
@@ -291,7 +295,6 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     __syncwarp();  // this stage is refilled by a later load_tile
   }
   cp_async_wait<0>();
-  if (my_tiles == 0) __syncthreads();  // pairs with the first-tile barrier above
   allow_dependent_grids();             // the combine's blocks may be scheduled now
 
   // ---- combine the warps in shared memory: O, max, sum per row ------------------------
