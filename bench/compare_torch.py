@@ -174,6 +174,20 @@ def commit_line():
         return os.environ.get("FLASHATTN_COMMIT", "unknown (set FLASHATTN_COMMIT)")
 
 
+
+def error_cell(mine, ok):
+    """Our error against the reference and the share of the tolerance it used."""
+    if ok and mine["checked"]:
+        return f"{mine['relative_error']:.1e} ({100 * mine['tolerance_used']:.0f}%)"
+    return "-"
+
+
+def write_json(args, rows, **extra):
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(machine=machine_line(args), commit=commit_line(), argv=sys.argv,
+                           **extra, rows=rows), f, indent=1)
+
 def has_enable_gqa():
     """torch >= 2.5: SDPA takes fewer K/V heads than query heads (enable_gqa=True)."""
     q, kv = torch.zeros(1, 2, 1, 8), torch.zeros(1, 1, 1, 8)
@@ -298,15 +312,9 @@ def print_decode(args, torch_names, gqa, results):
         for name in torch_names:
             t = r[name]
             cells.append(f"{mine['kv_gbps'] / t['gbps']:.2f}" if ok and "gbps" in t else "-")
-        if ok and mine["checked"]:
-            cells.append(f"{mine['relative_error']:.1e} ({100 * mine['tolerance_used']:.0f}%)")
-        else:
-            cells.append("-")
+        cells.append(error_cell(mine, ok))
         print("| " + " | ".join(cells) + " |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine_line(args), commit=commit_line(), argv=sys.argv,
-                           mode="decode", rows=results), f, indent=1)
+    write_json(args, results, mode="decode")
 
 
 def main():
@@ -418,15 +426,9 @@ def main():
             else:
                 cells += [rate.format(t["tflops"]),
                           f"{mine['tflops'] / t['tflops']:.2f}" if ok else "-"]
-        if ok and mine["checked"]:
-            cells.append(f"{mine['relative_error']:.1e} ({100 * mine['tolerance_used']:.0f}%)")
-        else:
-            cells.append("-")
+        cells.append(error_cell(mine, ok))
         print("| " + " | ".join(cells) + " |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=machine_line(args), commit=commit_line(),
-                           argv=sys.argv, rows=results), f, indent=1)
+    write_json(args, results)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One device call for the Hopper forward (fwd_wgmma_kernel.cuh) and the decode kernels:
 # build, the cuda forward + inference suites, numerics on cuda, SASS (HGMMA), the forward
-# A/B (wgmma vs FLASH_CUDA_FWD=mma, alternating) beside torch SDPA flash / cuDNN, decode
-# GB/s beside a device copy and torch, sanitizers on a reduced grid. Each step has a
-# time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decode sanitize" \
+# A/B (this tree, an older tree, a variant build or FLASH_CUDA_FWD=mma, alternating)
+# beside torch SDPA flash / cuDNN, decode GB/s beside a device copy (decodebench) and
+# torch (decode: compare_torch.py --decode, which also checks each problem against the
+# reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
+# Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench ncu decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -80,6 +82,15 @@ fi
 if has decodebench; then
   timeout 150 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
     --page 0 64 2>&1 | tee "$OUT/decodebench.log"
+fi
+# ncu: kernel time and DRAM throughput of the decode kernels (split + combine) at B = 1,
+# to tell kernel time from launch gaps.
+if has ncu; then
+  ncu --clock-control none --kernel-name regex:decode \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+    $b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 32768 --queries 1 --page 0 \
+    --iters 1 > "$OUT/ncu.log" 2>&1
+  grep -E "^  [a-z_ ]*decode_|gpu__time|dram__|warps_active" "$OUT/ncu.log" | sed 's/(DecodeParams).*//' | head -24
 fi
 # Decode: ours (contiguous and paged, beside the device copy) and torch SDPA flash /
 # cuDNN in one table (bench/compare_torch.py --decode).
