@@ -79,7 +79,8 @@ std::string padding_note(const flash_problem& p) {
 // The Hopper forward (fwd_wgmma_kernel.cuh): sm_90a code built, a compute capability
 // 9.0 device, f16/bf16 on a 64-, 128- or 256-wide tile, dense batches or cache lengths
 // (packed batches: their total row count, which the tensor maps need, is not known on
-// the host). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
+// the host) and problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
+// map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 #ifdef FLASHATTN_CUDA_SM90A
   static const bool forced_mma = [] {
@@ -88,7 +89,7 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
   }();
   const int dim = tile_dim(p);
   return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
-         cc_minor == 0 && !p.cu_seqlens_q && !p.cu_seqlens_kv && !forced_mma;
+         cc_minor == 0 && !p.cu_seqlens_q && !p.cu_seqlens_kv && p.seqlen_kv > 0 && !forced_mma;
 #else
   (void)p, (void)cc_major, (void)cc_minor;
   return false;
