@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/avx512bf16.h"
 #include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_plan.h"
 #include "backends/cpu/cpu_sequences.h"
@@ -80,6 +81,8 @@ struct CpuBackend {
     detail = std::string("simd=") + simd + "; supported=" + SupportedList() +
              "; threads=" + std::to_string(omp_get_max_threads()) +
              "; tile=" + std::to_string(t.tiles.rows) + "x" + std::to_string(t.tiles.keys);
+    const std::string unsupported = UnsupportedList();
+    if (!unsupported.empty()) detail += "; unsupported=" + unsupported;
     reason.clear();
     return true;
   }
@@ -92,8 +95,13 @@ struct CpuBackend {
 
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
-    const TargetKernels& t = SelectTarget();
-    if (Decide(p, FLASH_FORWARD, t).path == Path::kDecode) return DecodeForward(t, p, q, k, v, o);
+    const TargetKernels& selected = SelectTarget();
+    const Decision decision = Decide(p, FLASH_FORWARD, selected);
+    if (decision.path == Path::kDecode) return DecodeForward(selected, p, q, k, v, o);
+    // The vdpbf16ps forward shares the avx512 target's Plan (same tiles), so only the
+    // item function differs.
+    TargetKernels t = selected;
+    if (decision.path == Path::kBf16Tiles) t.forward_item = t.bf16_forward_item;
     if (detail::has_sequence_arrays(p)) return ForwardSequences(t, p, q, k, v, o);
     CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
     const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses);
@@ -163,7 +171,7 @@ struct CpuBackend {
     });
   }
 
-  enum class Path { kTiles, kDecode, kMerge };
+  enum class Path { kTiles, kBf16Tiles, kDecode, kMerge };
   struct Decision {
     Path path;
     std::string kernel;  // what choose() reports (FLASH_LOG=1)
@@ -174,6 +182,9 @@ struct CpuBackend {
   // Decode (decode-inl.h): a forward whose rows per (sequence, kv head) fit one decode
   // item, against enough keys to split, with head dims in whole pairs of vectors (the
   // decode kernel has no partial vectors); it reads paged caches in place.
+  // avx512bf16: a prefill forward that Avx512Bf16Declines() accepts (bf16, any head
+  // dims) runs the vdpbf16ps kernel (cpu.fwd.avx512bf16.*); f32, f16, decode and the
+  // backward run the avx512 Highway kernels and are named so (cpu.*.avx512.*).
   static Decision Decide(const flash_problem& p, int direction, const TargetKernels& t) {
     if (direction == FLASH_MERGE)
       return {Path::kMerge, std::string("cpu.merge.") + DTypeName(p.dtype)};
@@ -184,19 +195,23 @@ struct CpuBackend {
     const bool decode = direction == FLASH_FORWARD && pairs &&
                         p.seqlen_q * (p.heads_q / p.heads_kv) <= kDecodeMaxRows &&
                         p.seqlen_kv >= kDecodeMinKeys;
+    const bool bf16 = t.bf16_forward_item && direction == FLASH_FORWARD && !decode &&
+                      Avx512Bf16Declines(p) == nullptr;
     std::string kernel = std::string("cpu.") +
                          (decode                        ? "decode."
                           : direction == FLASH_BACKWARD ? "bwd."
                                                         : "fwd.") +
-                         t.name + "." + DTypeName(p.dtype) + ".d" + std::to_string(p.head_dim);
+                         (bf16 ? t.name : t.highway_name) + "." + DTypeName(p.dtype) + ".d" +
+                         std::to_string(p.head_dim);
     if (p.head_dim_v != p.head_dim) kernel += "v" + std::to_string(p.head_dim_v);
-    if (!vec) kernel += ".tail";
+    // The bf16 kernel pads head dims to whole pairs / vectors: no separate tail variant.
+    if (!vec && !bf16) kernel += ".tail";
     // Inference fields: the tiles run them per sequence (cpu_sequences.h), decode reads
     // them directly; the name says how.
     if (p.cu_seqlens_q || p.cu_seqlens_kv) kernel += ".packed";
     if (p.seqlens_kv) kernel += ".cache";
     if (p.block_table) kernel += decode ? ".paged" : ".paged-gather";
-    return {decode ? Path::kDecode : Path::kTiles, kernel};
+    return {decode ? Path::kDecode : bf16 ? Path::kBf16Tiles : Path::kTiles, kernel};
   }
 
   // Decode: items (sequence, kv head, key chunk) in one parallel loop, then the combine

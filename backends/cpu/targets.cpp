@@ -51,6 +51,7 @@ HWY_AFTER_NAMESPACE();
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/avx512bf16.h"
 #include "flash/flash.hpp"
 
 namespace flash::cpu {
@@ -85,6 +86,8 @@ constexpr Named kKnown[] = {{"avx512", HWY_AVX3},
                             {"sse4", HWY_SSE4},
                             {"scalar", (HWY_TARGETS & HWY_EMU128) ? HWY_EMU128 : HWY_SCALAR}};
 
+constexpr const char* kBf16Name = "avx512bf16";
+
 std::vector<TargetKernels> Discover() {
   std::vector<TargetKernels> out;
   const int64_t supported = hwy::SupportedTargets();
@@ -99,6 +102,15 @@ std::vector<TargetKernels> Discover() {
                    HWY_DISPATCH_TABLE(BackwardKvItem)[i], HWY_DISPATCH_TABLE(BackwardQItem)[i],
                    HWY_DISPATCH_TABLE(DecodeItem)[i], HWY_DISPATCH_TABLE(DecodeCombine)[i],
                    HWY_DISPATCH_TABLE(Exp2Array)[i]});
+  }
+  // avx512bf16 (forward_avx512bf16.cpp, not a Highway target): the avx512 kernels with
+  // the vdpbf16ps forward in front, where this CPU has AVX512_BF16.
+  if (!out.empty() && std::strcmp(out.front().name, "avx512") == 0 && Avx512Bf16Missing().empty() &&
+      Avx512Bf16ForwardItem() != nullptr) {
+    TargetKernels bf16 = out.front();
+    bf16.name = kBf16Name;
+    bf16.bf16_forward_item = Avx512Bf16ForwardItem();
+    out.insert(out.begin(), bf16);
   }
   return out;
 }
@@ -117,16 +129,23 @@ std::string SupportedList() {
   return s;
 }
 
+std::string UnsupportedList() {
+  const std::string missing = Avx512Bf16Missing();
+  return missing.empty() ? "" : std::string(kBf16Name) + " (needs " + missing + ")";
+}
+
 const TargetKernels& SelectTarget() {
   const std::vector<TargetKernels>& targets = SupportedTargets();
   const char* env = std::getenv("FLASH_CPU_TARGET");
   if (env == nullptr || *env == '\0') return targets.front();
   for (const TargetKernels& t : targets)
     if (std::strcmp(t.name, env) == 0) return t;
-  bool known = false;
+  bool known = std::strcmp(env, kBf16Name) == 0;
   for (const Named& n : kKnown) known = known || std::strcmp(n.name, env) == 0;
+  const std::string lacks =
+      std::strcmp(env, kBf16Name) == 0 ? " (it lacks " + Avx512Bf16Missing() + ")" : "";
   throw flash::Error(std::string("FLASH_CPU_TARGET='") + env + "' is " +
-                     (known ? "not supported by this CPU" : "not a known SIMD target") +
+                     (known ? "not supported by this CPU" + lacks : "not a known SIMD target") +
                      "; valid values here: " + SupportedList());
 }
 

@@ -25,7 +25,8 @@ TEST(CpuTarget, ProbeDetailFormat) {
       << "best target is the default: " << d;
   EXPECT_EQ(names.back(), "scalar") << d;
   for (const std::string& n : names)
-    EXPECT_TRUE(n == "avx512" || n == "avx2" || n == "sse4" || n == "scalar") << n;
+    EXPECT_TRUE(n == "avx512bf16" || n == "avx512" || n == "avx2" || n == "sse4" || n == "scalar")
+        << n;
 }
 
 TEST(CpuTarget, EachSupportedTargetCanBeForced) {
@@ -33,13 +34,47 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
     setenv("FLASH_CPU_TARGET", n.c_str(), 1);
     EXPECT_EQ(Detail().rfind("simd=" + n + ";", 0), 0u);
     Case c;
+    // avx512bf16 runs the bf16 forward itself; f32 on it runs (and is named) avx512.
+    if (n == "avx512bf16") c.dtype = FLASH_BF16;
     Problem pr(c);
     std::string err;
     EXPECT_EQ(pr.Forward(&err), FLASH_OK) << err;
     flash_message kernel{};
     ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
     EXPECT_NE(std::string(kernel.text).find("." + n + "."), std::string::npos) << kernel.text;
+    if (n != "avx512bf16") continue;
+    for (int32_t dtype : {FLASH_F32, FLASH_F16}) {
+      pr.p.dtype = dtype;
+      ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
+      EXPECT_NE(std::string(kernel.text).find(".avx512."), std::string::npos) << kernel.text;
+    }
+    pr.p.dtype = FLASH_BF16;
+    ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_BACKWARD, &kernel), FLASH_OK);
+    EXPECT_NE(std::string(kernel.text).find("cpu.bwd.avx512."), std::string::npos) << kernel.text;
   }
+  unsetenv("FLASH_CPU_TARGET");
+}
+
+// Without a forced target, bf16 forwards take avx512bf16 where the CPU has it; where
+// it does not, probe() names the missing feature and forcing it is an error naming it.
+TEST(CpuTarget, Avx512Bf16IsDefaultOrRefusedByName) {
+  unsetenv("FLASH_CPU_TARGET");
+  const std::vector<std::string> names = SupportedTargetNames();
+  Case c;
+  c.dtype = FLASH_BF16;
+  Problem pr(c);
+  if (names.front() == "avx512bf16") {
+    flash_message kernel{};
+    ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
+    EXPECT_EQ(std::string(kernel.text).rfind("cpu.fwd.avx512bf16.bf16.d16", 0), 0u) << kernel.text;
+    EXPECT_EQ(Detail().find("unsupported="), std::string::npos) << Detail();
+    return;
+  }
+  EXPECT_NE(Detail().find("unsupported=avx512bf16 (needs "), std::string::npos) << Detail();
+  setenv("FLASH_CPU_TARGET", "avx512bf16", 1);
+  std::string err;
+  EXPECT_EQ(pr.Forward(&err), FLASH_INVALID_ARGUMENT);
+  EXPECT_NE(err.find("not supported by this CPU (it lacks "), std::string::npos) << err;
   unsetenv("FLASH_CPU_TARGET");
 }
 

@@ -1,0 +1,447 @@
+// bf16 forward attention on AVX512-BF16 (vdpbf16ps: 16 f32 lanes, each += 2 bf16
+// products), one work item; the avx512bf16 target of the cpu backend.
+//
+// Algorithm: the f32 forward of forward-inl.h (same Plan, items, passes, mask and
+// online softmax, whose helpers it calls), with both products on vdpbf16ps:
+//   Sᵀ = K·Qᵀ     Qᵀ packed once per item as bf16 pairs along head_dim ([d/2][row]),
+//                 K rows copied as bf16 (a pair of head_dim elements is one 32-bit
+//                 broadcast); 8 keys x 3 vectors of rows in registers; scale·log2e is
+//                 applied to the f32 accumulators, so the inputs are used exactly.
+//   O = α·O + P·V P rounded to bf16 (ties to even) and packed as pairs of keys per
+//                 row ([key/2][row]); V packed as pairs of keys per column, in panels
+//                 of 64 columns; 6 rows x 4 vectors of O in registers, α folded into
+//                 the load of O. l sums the unrounded P (as the GPU kernels do).
+//   Boundary tiles run P·V over exactly the keys each row sees: pairs all rows of a
+//   6-row block see go blocked, the rest row by row, and a key whose pair partner the
+//   row does not see is multiplied with the partner's V half zeroed, so a NaN/inf in a
+//   masked V row reaches no row that does not see it.
+// Tolerance class: bf16 inputs are exact in bf16 and products exact in f32, sums in
+// f32; the one rounding beyond the f32 kernels is P to bf16 (relative 2^-9 per
+// weight), the same rounding naive attention evaluated in bf16 applies to P, and
+// smaller than its other roundings (S, the row sums and O in bf16): the error vs the
+// fp64 reference stays within 2x naive bf16 + eps (cross-backend suite, cpu_avx512bf16
+// entries; tests/cpu/cpu_bf16_kernel_test.cpp). vcvtneps2bf16 and vdpbf16ps treat
+// denormals as zero: P < 2^-126 counts as 0 (absolute error < 1e-38).
+// Measured: backends/cpu/README.md, "avx512bf16" (AMD Zen 4 dev machine, 2 threads,
+// B=1 H=8 S=2048 D=128).
+// Run: build/tests/cpu/flash_cpu_bf16_kernel_test; OMP_NUM_THREADS=2
+// build/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16 5 (FLASH_CPU_TARGET=avx512 for the
+// f32-FMA kernels on the same input).
+//
+// Why not a file compiled with -mavx512bf16: inline functions and template
+// instantiations this file shares with the rest of the library (std::vector, Workspace)
+// would be compiled with AVX-512 too, and the linker may keep that copy for callers on
+// CPUs without it. Highway's per-target pragmas limit AVX-512 to this file's own
+// functions: the file is compiled for the AVX3 target only (HWY_DISABLED_TARGETS
+// below), and its kernel region adds avx512bf16 to that target's pragma. The CPUID
+// check runs in the HWY_ONCE part, compiled for the baseline.
+
+// clang-format off
+#undef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX2 | HWY_AVX3_DL)
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/forward_avx512bf16.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "backends/cpu/forward-inl.h"
+// clang-format on
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/avx512bf16.h"
+#include "backends/cpu/convert.h"
+#include "backends/cpu/cpu_plan.h"
+
+#if HWY_TARGET == HWY_AVX3
+HWY_BEFORE_NAMESPACE();
+#pragma GCC target("avx512bf16")
+namespace flash::cpu::HWY_NAMESPACE {
+namespace {
+
+using BT = Bf16Tiles;
+static_assert(Tiles::kLanes == BT::kLanes, "AVX3 vectors are 16 f32 lanes");
+// The Plan is the avx512 target's: pass rows must fill whole QK column blocks and PV
+// row blocks, tiles whole QK key blocks.
+static_assert(Tiles::kRowAlign % (BT::kQkNR * BT::kLanes) == 0, "rows per pass vs QK block");
+static_assert(Tiles::kRowAlign % BT::kPvMR == 0, "rows per pass vs PV block");
+static_assert(Tiles::kRows % Tiles::kRowAlign == 0 && Tiles::kKeys % BT::kQkMR == 0,
+              "tile vs micro-tile");
+constexpr size_t kPanel = BT::kPvNR * BT::kLanes;  // V panel width (columns)
+
+// Interleaves the 16-bit halves [a0..a15 | b0..b15] into pairs (a_i, b_i), a low.
+HWY_INLINE __m512i InterleaveHalves(__m512i ab) {
+  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kIdx), ab);
+}
+
+// bf16 pairs (lo_i, hi_i) of two f32 vectors, rounded to nearest even.
+HWY_INLINE __m512i PairF32(__m512 lo, __m512 hi) {
+  return InterleaveHalves((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// n elements of a bf16/f16 row as bf16 bits, zero-padded to n_pad (f16 rounded to
+// bf16; bf16 copied).
+HWY_INLINE void RowToBf16(int32_t dtype, const void* src, size_t n, size_t n_pad, uint16_t* dst) {
+  if (dtype == FLASH_BF16) {
+    std::memcpy(dst, src, n * 2);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 lo =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)));
+      const __m512 hi =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i + 16)));
+      _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    for (; i < n; ++i) dst[i] = Bf16FromF32(F32FromF16(h[i]));
+  }
+  std::fill(dst + n, dst + n_pad, uint16_t{0});
+}
+
+// Sᵀ[j][r] = scale · Σ_d K[j][d]·Q[r][d] for MR keys and NR vectors of rows.
+// kp: K rows (d2 pairs each, row stride d2), qp: Qᵀ pairs at column r0 (row stride R).
+template <size_t MR, size_t NR>
+HWY_INLINE void QkBlock(const uint32_t* HWY_RESTRICT kp, const uint32_t* HWY_RESTRICT qp, size_t d2,
+                        size_t R, float scale, float* HWY_RESTRICT st, size_t ld_st) {
+  __m512 acc[MR][NR];
+  for (size_t i = 0; i < MR; ++i)
+    for (size_t n = 0; n < NR; ++n) acc[i][n] = _mm512_setzero_ps();
+  for (size_t p = 0; p < d2; ++p) {
+    __m512bh q[NR];
+    for (size_t n = 0; n < NR; ++n) q[n] = (__m512bh)_mm512_loadu_si512(qp + p * R + n * 16);
+    for (size_t i = 0; i < MR; ++i) {
+      const __m512bh k = (__m512bh)_mm512_set1_epi32(static_cast<int>(kp[i * d2 + p]));
+      for (size_t n = 0; n < NR; ++n) acc[i][n] = _mm512_dpbf16_ps(acc[i][n], k, q[n]);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  for (size_t i = 0; i < MR; ++i)
+    for (size_t n = 0; n < NR; ++n)
+      _mm512_storeu_ps(st + i * ld_st + n * 16, _mm512_mul_ps(acc[i][n], s));
+}
+
+// O[i][c] (+)= Σ_pairs P[i][2p..2p+1]·V[2p..2p+1][c] for MR rows and NR vectors of one
+// V panel. pp: P pairs of row 0 at the first pair (pair stride ld_p), vp: V panel at
+// the first pair (pair stride w). alpha: per-row scale of O before accumulating, or
+// null. kMasked: V pairs ANDed with vmask (one key of a pair, the other zeroed).
+template <size_t MR, size_t NR, bool kMasked = false>
+HWY_INLINE void PvBlock(const uint32_t* HWY_RESTRICT pp, size_t ld_p,
+                        const uint32_t* HWY_RESTRICT vp, size_t w, size_t pairs, float* o,
+                        size_t ld_o, const float* alpha, __m512i vmask = _mm512_set1_epi32(-1)) {
+  __m512 acc[MR][NR];
+  for (size_t i = 0; i < MR; ++i) {
+    const __m512 a = _mm512_set1_ps(alpha ? alpha[i] : 1.0f);
+    for (size_t n = 0; n < NR; ++n) {
+      acc[i][n] = _mm512_loadu_ps(o + i * ld_o + n * 16);
+      if (alpha) acc[i][n] = _mm512_mul_ps(acc[i][n], a);
+    }
+  }
+  for (size_t p = 0; p < pairs; ++p) {
+    __m512bh v[NR];
+    for (size_t n = 0; n < NR; ++n) {
+      __m512i x = _mm512_loadu_si512(vp + p * w + n * 16);
+      if (kMasked) x = _mm512_and_si512(x, vmask);
+      v[n] = (__m512bh)x;
+    }
+    for (size_t i = 0; i < MR; ++i) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(pp[p * ld_p + i]));
+      for (size_t n = 0; n < NR; ++n) acc[i][n] = _mm512_dpbf16_ps(acc[i][n], a, v[n]);
+    }
+  }
+  for (size_t i = 0; i < MR; ++i)
+    for (size_t n = 0; n < NR; ++n) _mm512_storeu_ps(o + i * ld_o + n * 16, acc[i][n]);
+}
+
+// P·V over pairs [p0, p0 + pairs) for MR rows, every panel of V (dv_pad columns).
+template <size_t MR, bool kMasked = false>
+HWY_INLINE void PvRows(const uint32_t* ppack, size_t ld_p, const uint32_t* vpack, size_t kb2,
+                       size_t dv_pad, size_t p0, size_t pairs, float* o, const float* alpha,
+                       __m512i vmask = _mm512_set1_epi32(-1)) {
+  for (size_t c0 = 0; c0 < dv_pad; c0 += kPanel) {
+    const size_t w = std::min(kPanel, dv_pad - c0);
+    const uint32_t* vp = vpack + c0 * kb2 + p0 * w;
+    const uint32_t* pp = ppack + p0 * ld_p;
+    float* oc = o + c0;
+    switch (w / BT::kLanes) {
+      case 4:
+        PvBlock<MR, 4, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
+        break;
+      case 3:
+        PvBlock<MR, 3, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
+        break;
+      case 2:
+        PvBlock<MR, 2, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
+        break;
+      default:
+        PvBlock<MR, 1, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
+        break;
+    }
+  }
+  static_assert(BT::kPvNR == 4, "the switch above covers 1..kPvNR vectors");
+}
+
+// Keys [a, b] of one row (b < a: none) on a boundary tile: a key whose pair partner
+// the row does not see goes alone, its partner's V half zeroed (0·NaN is NaN).
+HWY_INLINE void PvRowKeys(const uint32_t* ppack_r, size_t ld_p, const uint32_t* vpack, size_t kb2,
+                          size_t dv_pad, int64_t a, int64_t b, float* o_r) {
+  if (a > b) return;
+  if (a % 2 == 1) {  // high half of pair a/2
+    PvRows<1, true>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(a / 2), 1, o_r, nullptr,
+                    _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+    ++a;
+  }
+  if (b >= a && b % 2 == 0) {  // low half of pair b/2
+    PvRows<1, true>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(b / 2), 1, o_r, nullptr,
+                    _mm512_set1_epi32(0x0000ffff));
+    --b;
+  }
+  if (a < b)
+    PvRows<1>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(a / 2),
+              static_cast<size_t>((b - a + 1) / 2), o_r, nullptr);
+}
+
+// O = α·O + P·V on a boundary tile over exactly the keys each row sees (see the file
+// comment). O is scaled first, then every product accumulates.
+HWY_INLINE void BoundaryPvBf16(const uint32_t* ppack, size_t rows, size_t kb, const float* lo_rel,
+                               const float* hi_rel, const float* alpha, const uint32_t* vpack,
+                               size_t kb2, float* o, size_t dv_pad) {
+  for (size_t r = 0; r < rows; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+    for (size_t c = 0; c < dv_pad; c += BT::kLanes)
+      _mm512_storeu_ps(o + r * dv_pad + c, _mm512_mul_ps(_mm512_loadu_ps(o + r * dv_pad + c), a));
+  }
+  constexpr size_t MR = BT::kPvMR;
+  const int64_t kb_last = static_cast<int64_t>(kb) - 1;
+  auto first = [&](size_t r) { return std::max<int64_t>(static_cast<int64_t>(lo_rel[r]), 0); };
+  auto last = [&](size_t r) { return std::min<int64_t>(static_cast<int64_t>(hi_rel[r]), kb_last); };
+  for (size_t r0 = 0; r0 < rows; r0 += MR) {
+    int64_t common_lo = 0, common_hi = kb_last;
+    for (size_t r = r0; r < r0 + MR; ++r) {
+      common_lo = std::max(common_lo, first(r));
+      common_hi = std::min(common_hi, last(r));
+    }
+    // Whole pairs inside the keys every row of the block sees.
+    const int64_t p_lo = (common_lo + 1) / 2, p_hi = (common_hi + 1) / 2 - 1;
+    const bool blocked = common_lo <= common_hi && p_lo <= p_hi;
+    if (blocked)
+      PvRows<MR>(ppack + r0, rows, vpack, kb2, dv_pad, static_cast<size_t>(p_lo),
+                 static_cast<size_t>(p_hi - p_lo + 1), o + r0 * dv_pad, nullptr);
+    for (size_t r = r0; r < r0 + MR; ++r) {
+      float* o_r = o + r * dv_pad;
+      if (!blocked) {
+        PvRowKeys(ppack + r, rows, vpack, kb2, dv_pad, first(r), last(r), o_r);
+        continue;
+      }
+      PvRowKeys(ppack + r, rows, vpack, kb2, dv_pad, first(r), 2 * p_lo - 1, o_r);
+      PvRowKeys(ppack + r, rows, vpack, kb2, dv_pad, 2 * p_hi + 2, last(r), o_r);
+    }
+  }
+}
+
+// bf16 scratch of one thread (packed Qᵀ, K, V and P), grown and reused like Workspace.
+struct PackBuffers {
+  hwy::AlignedFreeUniquePtr<uint32_t[]> buffer;
+  size_t capacity = 0;
+  uint32_t* Reset(size_t n) {
+    if (n > capacity) {
+      buffer = hwy::AllocateAligned<uint32_t>(n);
+      capacity = n;
+    }
+    return buffer.get();
+  }
+};
+
+void ForwardItemBf16(const Plan& plan, int64_t item) {
+  const flash_problem& p = *plan.a.p;
+  int64_t b, hkv, qb;
+  plan.decode_q_item(item, b, hkv, qb);
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  const size_t d2 = (D + 1) / 2;  // head_dim pairs (odd D: a zero pair half)
+  const size_t N = BT::kLanes, K = Tiles::kKeys;
+  const size_t R = static_cast<size_t>(plan.item_rows);
+  const size_t RP = std::min(R, Tiles::kRows);  // rows per pass over a K/V tile
+  const size_t dv_pad = RoundUpTo(Dv, N);
+  const size_t kb2_max = K / 2;
+
+  Workspace& ws = Workspace::ForThisThread();
+  ws.reset(Workspace::RoundUp(K * RP) + Workspace::RoundUp(R * dv_pad) + 5 * Workspace::RoundUp(R));
+  float* st = ws.take(K * RP);
+  float* o = ws.take(R * dv_pad);
+  float* m = ws.take(R);
+  float* l = ws.take(R);
+  float* alpha = ws.take(R);
+  float* lo_rel = ws.take(R);
+  float* hi_rel = ws.take(R);
+  const size_t row_words = std::max(d2, dv_pad / 2);  // one bf16 row of Q, K or V
+  static thread_local PackBuffers packs;
+  uint32_t* qpack =
+      packs.Reset(Workspace::RoundUp(d2 * R) + Workspace::RoundUp(K * d2) +
+                  Workspace::RoundUp(kb2_max * dv_pad) + Workspace::RoundUp(kb2_max * RP) +
+                  Workspace::RoundUp(K * dv_pad / 2) + Workspace::RoundUp(row_words));
+  uint32_t* kpack = qpack + Workspace::RoundUp(d2 * R);
+  uint32_t* vpack = kpack + Workspace::RoundUp(K * d2);
+  uint32_t* ppack = vpack + Workspace::RoundUp(kb2_max * dv_pad);
+  uint16_t* vrows = reinterpret_cast<uint16_t*>(ppack + Workspace::RoundUp(kb2_max * RP));
+  uint16_t* row16 = vrows + 2 * Workspace::RoundUp(K * dv_pad / 2);
+  const size_t n_passes = (R + RP - 1) / RP;
+  int64_t* row_index = ws.index(R + 2 * n_passes);
+  int64_t* pass_i = row_index + R;  // per pass: i_min, i_max
+
+  StackedRows(plan, qb, row_index);
+  const int64_t i_first = qb * plan.rows_per_head;
+  const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
+  // Qᵀ as bf16 pairs along head_dim: qpack[k·R + r] = (Q[r][2k], Q[r][2k+1]).
+  for (size_t r = 0; r < R; ++r) {
+    if (row_index[r] < 0) {
+      for (size_t k = 0; k < d2; ++k) qpack[k * R + r] = 0;
+      continue;
+    }
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    RowToBf16(p.dtype, At(plan.a.q, p.dtype, p.q_stride, b, row_index[r], h), D, 2 * d2, row16);
+    for (size_t k = 0; k < d2; ++k)
+      qpack[k * R + r] = uint32_t{row16[2 * k]} | uint32_t{row16[2 * k + 1]} << 16;
+  }
+  std::fill(o, o + R * dv_pad, 0.0f);
+  std::fill(m, m + R, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + R, 0.0f);
+  const float q_scale = p.softcap > 0 ? p.scale : p.scale * kLog2e;
+  PassRanges(row_index, R, RP, pass_i);
+
+  const MaskRule& mask = plan.mask;
+  const int64_t j_begin = mask.lo(i_first), j_end = mask.hi(i_last);  // inclusive
+  for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
+    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
+    const size_t kb2 = (kb + 1) / 2;
+    const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
+
+    // K rows as bf16 (zero rows up to whole QK key blocks); V rows as bf16, then
+    // interleaved into pairs of keys per column, in panels of kPanel columns.
+    const size_t k_rows = RoundUpTo(kb, BT::kQkMR);
+    for (size_t j = 0; j < k_rows; ++j) {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(kpack + j * d2);
+      if (j < kb)
+        RowToBf16(p.dtype, At(plan.a.k, p.dtype, p.k_stride, b, j0 + static_cast<int64_t>(j), hkv),
+                  D, 2 * d2, dst);
+      else
+        std::fill(dst, dst + 2 * d2, uint16_t{0});
+    }
+    for (size_t j = 0; j < 2 * kb2; ++j) {
+      uint16_t* dst = vrows + j * dv_pad;
+      if (j < kb)
+        RowToBf16(p.dtype, At(plan.a.v, p.dtype, p.v_stride, b, j0 + static_cast<int64_t>(j), hkv),
+                  Dv, dv_pad, dst);
+      else
+        std::fill(dst, dst + dv_pad, uint16_t{0});
+    }
+    for (size_t pr = 0; pr < kb2; ++pr)
+      for (size_t c = 0; c < dv_pad; c += N) {
+        const __m512i ab = _mm512_inserti64x4(
+            _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows + 2 * pr * dv_pad + c))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows + (2 * pr + 1) * dv_pad + c)),
+            1);
+        const size_t c0 = c / kPanel * kPanel, w = std::min(kPanel, dv_pad - c0);
+        _mm512_storeu_si512(vpack + c0 * kb2 + pr * w + (c - c0), InterleaveHalves(ab));
+      }
+    const int64_t j_next = j0 + kPrefetchTiles * static_cast<int64_t>(K);
+    if (j_next <= j_end) {
+      const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
+      PrefetchRows(At(plan.a.k, p.dtype, p.k_stride, b, j_next, hkv), p.k_stride[1] * 2, next,
+                   D * 2);
+      PrefetchRows(At(plan.a.v, p.dtype, p.v_stride, b, j_next, hkv), p.v_stride[1] * 2, next,
+                   Dv * 2);
+    }
+
+    for (size_t pi = 0; pi < n_passes; ++pi) {
+      const int64_t i_min = pass_i[2 * pi], i_max = pass_i[2 * pi + 1];
+      if (i_min > i_max || !mask.any(i_min, i_max, j0, j_last)) continue;
+      const bool boundary = !mask.all(i_min, i_max, j0, j_last);
+      const size_t r0 = pi * RP, rows = std::min(RP, R - r0);
+      for (size_t j = 0; j < k_rows; j += BT::kQkMR)
+        for (size_t c = 0; c < rows; c += BT::kQkNR * N)
+          QkBlock<BT::kQkMR, BT::kQkNR>(kpack + j * d2, qpack + r0 + c, d2, R, q_scale,
+                                        st + j * rows + c, rows);
+      if (boundary) TileIntervals(mask, row_index + r0, rows, j0, kb, lo_rel + r0, hi_rel + r0);
+      if (boundary || p.softcap > 0)
+        CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0);
+      OnlineSoftmax(st, rows, kb, m + r0, l + r0, alpha + r0);
+      // P as bf16 pairs of keys: ppack[k·rows + r] = (P[r][2k], P[r][2k+1]); the key
+      // after an odd tile end is 0 (st holds a padding row's raw S there).
+      for (size_t pr = 0; pr < kb2; ++pr)
+        for (size_t c = 0; c < rows; c += N) {
+          const __m512 lo = _mm512_loadu_ps(st + 2 * pr * rows + c);
+          const __m512 hi =
+              2 * pr + 1 < kb ? _mm512_loadu_ps(st + (2 * pr + 1) * rows + c) : _mm512_setzero_ps();
+          _mm512_storeu_si512(ppack + pr * rows + c, PairF32(lo, hi));
+        }
+      float* o_pass = o + r0 * dv_pad;
+      if (!boundary) {
+        for (size_t r = 0; r < rows; r += BT::kPvMR)
+          PvRows<BT::kPvMR>(ppack + r, rows, vpack, kb2, dv_pad, 0, kb2, o_pass + r * dv_pad,
+                            alpha + r0 + r);
+      } else {
+        BoundaryPvBf16(ppack, rows, kb, lo_rel + r0, hi_rel + r0, alpha + r0, vpack, kb2, o_pass,
+                       dv_pad);
+      }
+    }
+  }
+
+  // Normalise once and write O (rounded once to the storage type) and lse.
+  for (size_t r = 0; r < R; ++r) {
+    if (row_index[r] < 0) continue;
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+    StoreFromF32(p.dtype, o + r * dv_pad, Dv, inv,
+                 At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
+    if (p.lse) {
+      p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
+          l[r] == 0.0f ? -std::numeric_limits<float>::infinity() : (m[r] + std::log2(l[r])) * kLn2;
+    }
+  }
+}
+
+}  // namespace
+// The entry point the HWY_ONCE part hands out (external linkage, unique name).
+void Avx512Bf16ForwardItemImpl(const Plan& plan, int64_t item) { ForwardItemBf16(plan, item); }
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+#endif  // HWY_TARGET == HWY_AVX3
+
+#if HWY_ONCE
+#include <cpuid.h>
+
+namespace flash::cpu {
+
+std::string Avx512Bf16Missing() {
+#if HWY_TARGETS & HWY_AVX3
+  // Highway's AVX3 check covers AVX-512 F/VL/DQ/BW and the OS saving zmm/opmask state
+  // (XGETBV); vdpbf16ps adds CPUID.(EAX=7,ECX=1):EAX[5].
+  if (!(hwy::SupportedTargets() & HWY_AVX3))
+    return "AVX-512 F/VL/DQ/BW with OS support (avx512f avx512vl avx512dq avx512bw)";
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & (1u << 5)))
+    return "AVX512_BF16 (avx512_bf16, CPUID.(EAX=7,ECX=1):EAX[5])";
+  return "";
+#else
+  return "a compiler with AVX-512 (this build has no AVX3 code)";
+#endif
+}
+
+ForwardItemFn Avx512Bf16ForwardItem() {
+#if HWY_TARGETS & HWY_AVX3
+  return &N_AVX3::Avx512Bf16ForwardItemImpl;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace flash::cpu
+#endif  // HWY_ONCE
