@@ -1,0 +1,235 @@
+// The avx512bf16 forward (backends/cpu/forward_avx512bf16.cpp) against the fp64 oracle
+// under the project's tolerance rule: max error <= 2x that of naive attention evaluated
+// in bf16 (reference::naive_forward) + 1e-3 x max |ref|. Odd sizes, Sq != Sk both
+// ways, causal / windows / softcap / GQA / Dv != D / odd head_dim / strides, outputs
+// poisoned with NaN, NaN and inf in key rows some rows do not see (on both halves of a
+// bf16 key pair), and bitwise equal results for 1, 2 and 3 threads. Every check first
+// asserts that choose() names the vdpbf16ps kernel, so none can pass on another path.
+// On CPUs without AVX512-BF16 every test is skipped naming the missing feature.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "reference/naive.hpp"
+#include "reference/reference.hpp"
+
+namespace flash::cpu::test {
+namespace {
+
+// "" when avx512bf16 runs here, else probe()'s "unsupported=" entry (the missing
+// CPU feature).
+std::string MissingFeature() {
+  for (const std::string& n : SupportedTargetNames())
+    if (n == "avx512bf16") return "";
+  flash_message reason{}, detail{};
+  flash_cpu_module()->probe(&reason, &detail);
+  const std::string d = detail.text;
+  const size_t at = d.find("unsupported=");
+  return at == std::string::npos ? "avx512bf16 not reported by probe(): " + d
+                                 : d.substr(at + 12, d.find(';', at) - at - 12);
+}
+
+class CpuBf16Kernel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string missing = MissingFeature();
+    if (!missing.empty()) GTEST_SKIP() << "avx512bf16 unavailable: " << missing;
+    setenv("FLASH_CPU_TARGET", "avx512bf16", 1);
+  }
+  void TearDown() override { unsetenv("FLASH_CPU_TARGET"); }
+};
+
+// The vdpbf16ps forward runs p; decode-shaped problems (one query row against >= 64
+// keys) run the decode kernel of the avx512 target instead, which choose() names.
+void ExpectBf16Kernel(const flash_problem& p, bool decode_shape = false) {
+  flash_message kernel{};
+  ASSERT_EQ(flash_cpu_module()->choose(&p, FLASH_FORWARD, &kernel), FLASH_OK);
+  const std::string want = decode_shape ? "cpu.decode.avx512.bf16.d" : "cpu.fwd.avx512bf16.bf16.d";
+  ASSERT_EQ(std::string(kernel.text).rfind(want, 0), 0u) << kernel.text;
+}
+
+// got (o of the problem, widened) and lse against ref, under the 2x-naive rule.
+void CheckCase(const Case& c, bool decode_shape = false) {
+  Problem pr(c, 5);  // o poisoned with NaN, lse with NaN
+  const flash_problem& p = pr.p;
+  ExpectBf16Kernel(p, decode_shape);
+  std::string err;
+  ASSERT_EQ(pr.Forward(&err), FLASH_OK) << err;
+  const reference::ForwardResult ref = reference::forward(p, pr.q.data(), pr.k.data(), pr.v.data());
+  const reference::ForwardResult naive =
+      reference::naive_forward(p, pr.q.data(), pr.k.data(), pr.v.data());
+  const int64_t Dv = p.head_dim_v;
+  double err_o = 0, err_naive = 0, mag = 0;
+  bool finite = true;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t s = 0; s < c.sq; ++s)
+      for (int64_t h = 0; h < c.hq; ++h)
+        for (int64_t d = 0; d < Dv; ++d) {
+          const size_t i = static_cast<size_t>(((b * c.sq + s) * c.hq + h) * Dv + d);
+          const double got = Problem::At(pr.o, p.o_stride, b, s, h, d);
+          finite = finite && std::isfinite(got);
+          err_o = std::max(err_o, std::fabs(got - ref.o[i]));
+          err_naive = std::max(err_naive, std::fabs(naive.o[i] - ref.o[i]));
+          mag = std::max(mag, std::fabs(ref.o[i]));
+        }
+  const double bound = 2 * err_naive + 1e-3 * mag;
+  EXPECT_TRUE(finite) << c.Name() << ": a NaN/inf reached o";
+  EXPECT_LE(err_o, bound) << c.Name() << " o error " << err_o << " vs 2x naive " << err_naive;
+  // lse: f32 accumulation of the bf16-exact scores; rows without keys are -inf.
+  double err_l = 0, err_naive_l = 0, mag_l = 0;
+  for (size_t i = 0; i < ref.lse.size(); ++i) {
+    if (std::isinf(ref.lse[i])) {
+      EXPECT_TRUE(std::isinf(pr.lse[i]) && pr.lse[i] < 0) << c.Name() << " lse " << i;
+      continue;
+    }
+    EXPECT_TRUE(std::isfinite(pr.lse[i])) << c.Name() << " lse " << i;
+    err_l = std::max(err_l, std::fabs(pr.lse[i] - ref.lse[i]));
+    err_naive_l = std::max(err_naive_l, std::fabs(naive.lse[i] - ref.lse[i]));
+    mag_l = std::max(mag_l, std::fabs(ref.lse[i]));
+  }
+  EXPECT_LE(err_l, 2 * err_naive_l + 1e-6 * std::max(1.0, mag_l))
+      << c.Name() << " lse error " << err_l << " vs 2x naive " << err_naive_l;
+}
+
+Case Bf16(int64_t sq, int64_t sk, int64_t d) {
+  Case c;
+  c.dtype = FLASH_BF16;
+  c.sq = sq;
+  c.sk = sk;
+  c.d = d;
+  return c;
+}
+
+TEST_F(CpuBf16Kernel, OddSizesBothWays) {
+  const int64_t sizes[] = {1, 17, 113, 257, 1000};
+  for (int64_t sq : sizes)
+    for (int64_t sk : sizes) {
+      if (sq * sk > 257 * 1000) continue;  // 1000 x 1000 runs in MasksOnLargeProblem
+      CheckCase(Bf16(sq, sk, 64), sq == 1 && sk >= 64);
+    }
+}
+
+TEST_F(CpuBf16Kernel, HeadDims) {
+  // Odd head_dim (a zero half pair), dims below one vector, Dv != D both ways, and
+  // Dv that leaves partial V panels (1..3 vectors of 16).
+  for (int64_t d : {1, 7, 17, 33, 96, 128, 256}) CheckCase(Bf16(113, 257, d));
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{40, 72}, {128, 64}, {64, 200}, {3, 1}}) {
+    Case c = Bf16(257, 113, d);
+    c.dv = dv;
+    CheckCase(c);
+  }
+}
+
+TEST_F(CpuBf16Kernel, MasksSoftcapGqaStrides) {
+  for (bool causal : {false, true})
+    for (auto [wl, wr] : {std::pair<int64_t, int64_t>{-1, -1}, {33, 5}, {0, 0}, {-1, 0}, {4, -1}})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 257}, {257, 113}, {17, 1000}}) {
+        Case c = Bf16(sq, sk, 72);
+        c.causal = causal;
+        c.wl = wl;
+        c.wr = wr;
+        CheckCase(c);
+      }
+  Case c = Bf16(257, 1000, 128);  // GQA group 3, softcap, [b, h, s, d] strides
+  c.batch = 2;
+  c.hq = 6;
+  c.hk = 2;
+  c.softcap = 20.0f;
+  c.layout = 1;
+  CheckCase(c);
+  c.causal = true;
+  c.layout = 2;  // padded rows: odd element strides
+  c.hq = 4;
+  c.hk = 1;
+  c.softcap = 0.0f;
+  CheckCase(c);
+  c = Bf16(300, 60, 32);  // windows: many rows see no key (o = 0, lse = -inf)
+  c.wl = 3;
+  c.wr = 1;
+  CheckCase(c);
+}
+
+TEST_F(CpuBf16Kernel, MasksOnLargeProblem) {
+  Case c = Bf16(1000, 1000, 128);
+  c.hq = 2;
+  c.hk = 1;
+  c.causal = true;
+  CheckCase(c);
+  c.causal = false;
+  c.wl = 100;
+  c.wr = 17;
+  CheckCase(c);
+}
+
+// NaN in V and inf in K at an even and at an odd key: a row that does not see such a
+// key (causal above it, a window past it) must stay finite and correct, whatever its
+// pair partner; every row that sees the NaN value is NaN.
+TEST_F(CpuBf16Kernel, NanReachesOnlyRowsThatUseIt) {
+  for (const int64_t bad : {70, 71}) {
+    for (const int64_t wl : {int64_t{-1}, int64_t{5}}) {
+      Case c = Bf16(150, 150, 32);
+      c.causal = true;
+      c.wl = wl;
+      Problem pr(c);
+      for (int64_t d = 0; d < c.d; ++d)
+        pr.v.Set(static_cast<size_t>(bad * pr.p.v_stride[1] + d), std::nanf(""));
+      const int64_t inf_key = bad + 20;  // same parity, far enough that rows see one
+      for (int64_t d = 0; d < c.d; ++d)
+        pr.k.Set(static_cast<size_t>(inf_key * pr.p.k_stride[1] + d), INFINITY);
+      ExpectBf16Kernel(pr.p);
+      ASSERT_EQ(pr.Forward(), FLASH_OK);
+      const reference::ForwardResult ref =
+          reference::forward(pr.p, pr.q.data(), pr.k.data(), pr.v.data());
+      for (int64_t s = 0; s < c.sq; ++s) {
+        const bool sees_nan = s >= bad && (wl < 0 || s - wl <= bad);
+        const bool sees_inf = s >= inf_key && (wl < 0 || s - wl <= inf_key);
+        for (int64_t d = 0; d < c.d; ++d) {
+          const float x = Problem::At(pr.o, pr.p.o_stride, 0, s, 0, d);
+          if (sees_nan || sees_inf) {
+            if (sees_nan) EXPECT_TRUE(std::isnan(x)) << "bad " << bad << " row " << s;
+            continue;
+          }
+          ASSERT_TRUE(std::isfinite(x)) << "bad " << bad << " wl " << wl << " row " << s;
+          EXPECT_NEAR(x, ref.o[static_cast<size_t>(s * c.d + d)], 2e-2)
+              << "bad " << bad << " row " << s;
+        }
+      }
+    }
+  }
+}
+
+// Bitwise equal o and lse for 1, 2 and 3 threads and a repeat (items do not depend on
+// the thread count; every output element comes from one item).
+TEST_F(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
+  Case c = Bf16(301, 277, 40);
+  c.batch = 2;
+  c.hq = 6;
+  c.hk = 2;
+  c.causal = true;
+  c.wl = 90;
+  const auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Problem pr(c, 11);
+    ExpectBf16Kernel(pr.p);
+    EXPECT_EQ(pr.Forward(), FLASH_OK);
+    std::vector<uint8_t> out = pr.o.bytes;
+    const uint8_t* l = reinterpret_cast<const uint8_t*>(pr.lse.data());
+    out.insert(out.end(), l, l + pr.lse.size() * sizeof(float));
+    return out;
+  };
+  const int saved = omp_get_max_threads();
+  const std::vector<uint8_t> one = run(1);
+  EXPECT_TRUE(one == run(2)) << "2 threads differ";
+  EXPECT_TRUE(one == run(3)) << "3 threads differ";
+  EXPECT_TRUE(one == run(1)) << "repeat differs";
+  omp_set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace flash::cpu::test
