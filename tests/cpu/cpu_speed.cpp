@@ -1,6 +1,9 @@
 // Quick GFLOP/s of the CPU backend beside this machine's f32 FMA peak, for kernel
 // development (the project's benchmark is bench/flashattn_bench). Not a test.
 // Usage: flash_cpu_speed [batch heads seqlen head_dim dtype(f32|f16|bf16) reps]
+//        flash_cpu_speed [batch heads seqlen head_dim A/B reps], e.g. bf16/f32: forwards of
+//        dtype A and B alternate in one run (A, B, B, A, ...), each round printing both and
+//        the ratio A/B (wall and per CPU-second), then the median ratio.
 // FLOPs: 4·B·H·Sq·Sk·D forward (half for causal); backward 2.5x forward.
 #include <immintrin.h>
 #include <omp.h>
@@ -12,6 +15,7 @@
 #include <ctime>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cpu_test_util.h"
 
@@ -79,6 +83,59 @@ std::pair<double, double> PeakGflops(int threads) {
   return {flops / sec / 1e9, flops / cpu / 1e9};
 }
 
+int32_t DType(const std::string& name) {
+  return name == "f16" ? FLASH_F16 : name == "bf16" ? FLASH_BF16 : FLASH_F32;
+}
+
+// Forwards of two dtypes on one shape, alternating so that both see the same load.
+void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& name_a,
+               const std::string& name_b, int reps) {
+  using namespace flash::cpu::test;
+  const int threads = omp_get_max_threads();
+  for (bool causal : {false, true}) {
+    std::vector<Problem> pr;
+    for (const std::string& name : {name_a, name_b}) {
+      Case c;
+      c.batch = B;
+      c.hq = c.hk = H;
+      c.sq = c.sk = S;
+      c.d = D;
+      c.dtype = DType(name);
+      c.causal = causal;
+      pr.emplace_back(c);
+      pr.back().Forward();  // warm the workspaces
+    }
+    const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+    std::vector<double> ratio_wall, ratio_cpu;
+    for (int r = 0; r < reps; ++r) {
+      double wall[2], cpu[2];
+      for (int k = 0; k < 2; ++k) {
+        const int which = r % 2 == 0 ? k : 1 - k;  // A B, then B A
+        const auto t0 = Clock::now();
+        const double c0 = CpuSeconds();
+        pr[which].Forward();
+        cpu[which] = flops / ((CpuSeconds() - c0) / threads) / 1e9;
+        wall[which] = flops / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
+      }
+      ratio_wall.push_back(wall[0] / wall[1]);
+      ratio_cpu.push_back(cpu[0] / cpu[1]);
+      std::printf(
+          "%s round %d: %s %.1f GFLOP/s (%.1f per CPU-s) | %s %.1f (%.1f) | ratio %.2f "
+          "(%.2f per CPU-s)\n",
+          causal ? "causal" : "full", r, name_a.c_str(), wall[0], cpu[0], name_b.c_str(), wall[1],
+          cpu[1], ratio_wall.back(), ratio_cpu.back());
+    }
+    std::sort(ratio_wall.begin(), ratio_wall.end());
+    std::sort(ratio_cpu.begin(), ratio_cpu.end());
+    std::printf(
+        "%s B=%ld H=%ld S=%ld D=%ld, %d threads: median ratio %s/%s %.2f wall, %.2f per "
+        "CPU-s (range %.2f-%.2f wall)\n",
+        causal ? "causal" : "full", (long)B, (long)H, (long)S, (long)D, threads, name_a.c_str(),
+        name_b.c_str(), ratio_wall[ratio_wall.size() / 2], ratio_cpu[ratio_cpu.size() / 2],
+        ratio_wall.front(), ratio_wall.back());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,11 +144,15 @@ int main(int argc, char** argv) {
   const int64_t S = argc > 3 ? std::atol(argv[3]) : 2048, D = argc > 4 ? std::atol(argv[4]) : 128;
   const std::string dt = argc > 5 ? argv[5] : "f32";
   const int reps = argc > 6 ? std::atoi(argv[6]) : 3;
-  const int32_t dtype = dt == "f16" ? FLASH_F16 : dt == "bf16" ? FLASH_BF16 : FLASH_F32;
+  const int32_t dtype = DType(dt);
   const int threads = omp_get_max_threads();
   flash_message reason{}, detail{};
   flash_cpu_module()->probe(&reason, &detail);
   std::printf("cpu backend: %s\n", detail.text);
+  if (const size_t slash = dt.find('/'); slash != std::string::npos) {
+    Alternate(B, H, S, D, dt.substr(0, slash), dt.substr(slash + 1), reps);
+    return 0;
+  }
   const bool probe_peak = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   // The machine is shared: interleave the peak probe with the kernel and keep the best
   // of each, so both see the same (least) interference.
