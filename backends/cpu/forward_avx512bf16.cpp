@@ -22,8 +22,10 @@
 // fp64 reference stays within 2x naive bf16 + eps (cross-backend suite, cpu_avx512bf16
 // entries; tests/cpu/cpu_bf16_kernel_test.cpp). vcvtneps2bf16 and vdpbf16ps treat
 // denormals as zero: P < 2^-126 counts as 0 (absolute error < 1e-38).
-// Measured: backends/cpu/README.md, "avx512bf16" (AMD Zen 4 dev machine, 2 threads,
-// B=1 H=8 S=2048 D=128).
+// Measured 2026-11-24, dev machine (AMD EPYC Zen 4, 2 shared vCPUs), B=1 H=8 S=2048
+// D=128, 2 threads, alternating with the f32 forward in one run: 132-212 GFLOP/s wall
+// (268-324 per CPU-second) non-causal, 1.90x the f32 forward (median of 8 rounds),
+// causal 1.81x. Details: backends/cpu/README.md.
 // Run: build/tests/cpu/flash_cpu_bf16_kernel_test; OMP_NUM_THREADS=2
 // build/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16 5 (FLASH_CPU_TARGET=avx512 for the
 // f32-FMA kernels on the same input).
