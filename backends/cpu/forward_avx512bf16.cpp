@@ -35,8 +35,9 @@
 // would be compiled with AVX-512 too, and the linker may keep that copy for callers on
 // CPUs without it. Highway's per-target pragmas limit AVX-512 to this file's own
 // functions: the file is compiled for the AVX3 target only (HWY_DISABLED_TARGETS
-// below), and its kernel region adds avx512bf16 to that target's pragma. The CPUID
-// check runs in the HWY_ONCE part, compiled for the baseline.
+// below), and its kernel region adds avx512bf16 to that target's attributes
+// (HWY_PUSH_ATTRIBUTES: GCC and clang). The CPUID check runs in the HWY_ONCE part,
+// compiled for the baseline.
 
 // clang-format off
 #undef HWY_DISABLED_TARGETS
@@ -60,8 +61,9 @@
 #include "backends/cpu/cpu_plan.h"
 
 #if HWY_TARGET == HWY_AVX3
-HWY_BEFORE_NAMESPACE();
-#pragma GCC target("avx512bf16")
+// HWY_BEFORE_NAMESPACE() with avx512bf16 added (GCC: push_options + target pragma;
+// clang: attribute push), for the functions of this region only.
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
 namespace flash::cpu::HWY_NAMESPACE {
 namespace {
 
@@ -414,7 +416,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
 // The entry point the HWY_ONCE part hands out (external linkage, unique name).
 void Avx512Bf16ForwardItemImpl(const Plan& plan, int64_t item) { ForwardItemBf16(plan, item); }
 }  // namespace flash::cpu::HWY_NAMESPACE
-HWY_AFTER_NAMESPACE();
+HWY_POP_ATTRIBUTES
 #endif  // HWY_TARGET == HWY_AVX3
 
 #if HWY_ONCE
