@@ -220,6 +220,26 @@ HWY_INLINE void StackedRows(const Plan& plan, int64_t qb, int64_t* row_index) {
   }
 }
 
+// Normalises a forward item's rows once and writes O (rounded once to the storage type)
+// and lse; o holds the item's unnormalised rows (dv_pad floats each), m and l their row
+// max (log2 units) and sum. Shared by every forward kernel of the backend.
+HWY_INLINE void StoreItemRows(const Plan& plan, int64_t b, int64_t hkv, const int64_t* row_index,
+                              const float* o, size_t dv_pad, const float* m, const float* l) {
+  const flash_problem& p = *plan.a.p;
+  const size_t R = static_cast<size_t>(plan.item_rows), Dv = static_cast<size_t>(p.head_dim_v);
+  for (size_t r = 0; r < R; ++r) {
+    if (row_index[r] < 0) continue;
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+    StoreFromF32(p.dtype, o + r * dv_pad, Dv, inv,
+                 At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
+    if (p.lse) {
+      p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
+          l[r] == 0.0f ? -std::numeric_limits<float>::infinity() : (m[r] + std::log2(l[r])) * kLn2;
+    }
+  }
+}
+
 HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
   const flash_problem& p = *plan.a.p;
   int64_t b, hkv, qb;
@@ -312,18 +332,7 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
     }
   }
 
-  // Normalise once and write O (rounded once to the storage type) and lse.
-  for (size_t r = 0; r < R; ++r) {
-    if (row_index[r] < 0) continue;
-    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
-    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
-    StoreFromF32(p.dtype, o + r * dv_pad, Dv, inv,
-                 At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
-    if (p.lse) {
-      p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
-          l[r] == 0.0f ? -std::numeric_limits<float>::infinity() : (m[r] + std::log2(l[r])) * kLn2;
-    }
-  }
+  StoreItemRows(plan, b, hkv, row_index, o, dv_pad, m, l);
 }
 
 }  // namespace flash::cpu::HWY_NAMESPACE

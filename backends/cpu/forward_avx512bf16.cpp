@@ -398,18 +398,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
     }
   }
 
-  // Normalise once and write O (rounded once to the storage type) and lse.
-  for (size_t r = 0; r < R; ++r) {
-    if (row_index[r] < 0) continue;
-    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
-    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
-    StoreFromF32(p.dtype, o + r * dv_pad, Dv, inv,
-                 At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
-    if (p.lse) {
-      p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
-          l[r] == 0.0f ? -std::numeric_limits<float>::infinity() : (m[r] + std::log2(l[r])) * kLn2;
-    }
-  }
+  StoreItemRows(plan, b, hkv, row_index, o, dv_pad, m, l);
 }
 
 }  // namespace
