@@ -23,7 +23,7 @@
 // Measured (H100, bf16, FlashAttention's shapes, 2026-11-24): D = 64 / 128 / 256 at S = 16k
 // 467 / 561 / 601 TFLOP/s = 1.00 / 0.85 / 0.85 of cuDNN, 1.5-1.9x torch's FlashAttention-2;
 // tables in bench/RESULTS.md ("Hopper forward"). Run: FLASH_LOG=1 names wgmma_fwd_*;
-// FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_run.sh.
+// FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
 
 #include <cuda_runtime.h>
