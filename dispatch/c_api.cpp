@@ -1,6 +1,7 @@
 // The C API: converts the C descriptor, calls the C++ API, catches everything.
 #include <new>
 #include <string>
+#include <vector>
 
 #include "flash/flash.h"
 #include "flash/flash.hpp"
@@ -43,14 +44,11 @@ flash::AttentionDesc to_cpp(const flash_attention_desc& c) {
   return d;
 }
 
+// Runs fn, turning every exception into a status and last_error.
 template <class Fn>
-flash_status guarded(const flash_attention_desc* desc, Fn&& fn) {
+flash_status guarded_call(Fn&& fn) {
   try {
-    if (desc == nullptr) {
-      last_error = "flash: desc = NULL is invalid; pass a flash_attention_desc";
-      return FLASH_STATUS_INVALID_ARGUMENT;
-    }
-    fn(to_cpp(*desc));
+    fn();
     last_error.clear();
     return FLASH_STATUS_OK;
   } catch (const flash::Error& e) {
@@ -74,6 +72,20 @@ flash_status guarded(const flash_attention_desc* desc, Fn&& fn) {
     return FLASH_STATUS_INTERNAL_ERROR;
   }
 }
+
+template <class Fn>
+flash_status guarded(const flash_attention_desc* desc, Fn&& fn) {
+  if (desc == nullptr) {
+    last_error = "flash: desc = NULL is invalid; pass a flash_attention_desc";
+    return FLASH_STATUS_INVALID_ARGUMENT;
+  }
+  return guarded_call([&] { fn(to_cpp(*desc)); });
+}
+
+// Strings handed out by flash_backend_info / flash_explain: per thread, like last_error,
+// so a caller on another thread cannot invalidate them.
+thread_local flash::BackendInfo backend_info;
+thread_local flash::Plan explained;
 
 }  // namespace
 
@@ -109,6 +121,37 @@ flash_status flash_merge_partials(const flash_attention_desc* desc, int64_t part
                                   float* lse) {
   return guarded(desc, [&](const flash::AttentionDesc& d) {
     flash::merge_partials(d, parts, o_parts, lse_parts, o, lse);
+  });
+}
+
+int32_t flash_backend_count(void) {
+  int32_t count = 0;
+  guarded_call([&] { count = static_cast<int32_t>(flash::backends().size()); });
+  return count;
+}
+
+flash_status flash_backend_info(int32_t index, int32_t* backend, int32_t* available,
+                                const char** reason, const char** detail) {
+  return guarded_call([&] {
+    const std::vector<flash::BackendInfo> all = flash::backends();
+    if (index < 0 || index >= static_cast<int32_t>(all.size()))
+      throw flash::Error("flash: index = " + std::to_string(index) + " is invalid; allowed: 0 .. " +
+                         std::to_string(static_cast<int64_t>(all.size()) - 1));
+    backend_info = all[index];
+    if (backend) *backend = static_cast<int32_t>(backend_info.backend);
+    if (available) *available = backend_info.available ? 1 : 0;
+    if (reason) *reason = backend_info.reason.c_str();
+    if (detail) *detail = backend_info.detail.c_str();
+  });
+}
+
+flash_status flash_explain(const flash_attention_desc* desc, int32_t backward, const void* q,
+                           int32_t* backend, const char** kernel, const char** reason) {
+  return guarded(desc, [&](const flash::AttentionDesc& d) {
+    explained = flash::explain(d, backward != 0, q);
+    if (backend) *backend = static_cast<int32_t>(explained.backend);
+    if (kernel) *kernel = explained.kernel.c_str();
+    if (reason) *reason = explained.reason.c_str();
   });
 }
 

@@ -80,6 +80,21 @@ FLASH_C_API flash_status flash_merge_partials(const flash_attention_desc* desc, 
                                               const void* o_parts, const float* lse_parts, void* o,
                                               float* lse);
 
+/* The backends this build knows (flash::backends()), available or not: their number,
+ * then each by index (0 <= index < count). *reason and *detail stay valid until the next
+ * flash_backend_info call on this thread. */
+FLASH_C_API int32_t flash_backend_count(void);
+FLASH_C_API flash_status flash_backend_info(int32_t index, int32_t* backend, int32_t* available,
+                                            const char** reason, const char** detail);
+
+/* What flash_attention (backward = 0) or flash_attention_backward (backward = 1) would run
+ * for desc, without running it (flash::explain). q: optional, used only for automatic
+ * selection by memory location. *kernel and *reason stay valid until the next
+ * flash_explain call on this thread. Fails exactly as the call would. */
+FLASH_C_API flash_status flash_explain(const flash_attention_desc* desc, int32_t backward,
+                                       const void* q, int32_t* backend, const char** kernel,
+                                       const char** reason);
+
 /* Message of the last failed call on this thread ("" if none). Valid until the next
  * call on this thread. */
 FLASH_C_API const char* flash_last_error(void);
