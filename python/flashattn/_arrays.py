@@ -45,27 +45,39 @@ class View:
     __slots__ = ("obj", "kind", "ptr", "shape", "strides", "dtype", "device", "index")
 
     def __init__(self, obj, kind, ptr, shape, strides, dtype, device, index):
+        # shape and strides are tuples (torch.Size is one): hashable, comparable.
         self.obj, self.kind, self.ptr = obj, kind, ptr
-        self.shape, self.strides, self.dtype = tuple(shape), tuple(strides), dtype
+        self.shape, self.strides, self.dtype = shape, strides, dtype
         self.device, self.index = device, index
 
 
+_torch_dtypes = {}  # torch.dtype -> flash dtype name, filled on first use
+
+
 def _torch_view(t, name):
-    dtype = _NAMES.get(str(t.dtype)[6:])  # "torch.float32" -> "float32"
-    dev = t.device
-    return View(t, "torch", t.data_ptr(), t.shape, t.stride(), dtype or str(t.dtype), dev.type,
-                dev.index)
+    dtype = _torch_dtypes.get(t.dtype)
+    if dtype is None:
+        dtype = _NAMES.get(str(t.dtype)[6:], str(t.dtype))  # "torch.float32" -> "float32"
+        _torch_dtypes[t.dtype] = dtype
+    # is_cuda rather than t.device (which builds a device object: 5x slower); ROCm
+    # builds of torch report their GPUs as cuda too.
+    if t.is_cuda:
+        return View(t, "torch", t.data_ptr(), t.shape, t.stride(), dtype, "cuda", t.get_device())
+    return View(t, "torch", t.data_ptr(), t.shape, t.stride(), dtype, "cpu", None)
+
+
+_numpy_dtypes = {}  # numpy dtype -> flash dtype name (dtype.name costs ~2 us a call)
 
 
 def _numpy_view(a, name):
-    dtype = _NAMES.get(a.dtype.name)
-    size = a.itemsize
-    strides = []
-    for s in a.strides:
-        if s % size:
-            raise invalid(f"{name}.strides", a.strides, f"must be multiples of the element size ({size} bytes)")
-        strides.append(s // size)
-    return View(a, "numpy", a.ctypes.data, a.shape, strides, dtype or a.dtype.name, "cpu", None)
+    dtype = _numpy_dtypes.get(a.dtype)
+    if dtype is None:
+        dtype = _numpy_dtypes[a.dtype] = _NAMES.get(a.dtype.name, a.dtype.name)
+    size, byte_strides = a.itemsize, a.strides
+    if sum(map(size.__rmod__, byte_strides)):  # map: a third of a generator's cost
+        raise invalid(f"{name}.strides", byte_strides, f"must be multiples of the element size ({size} bytes)")
+    strides = tuple(map(size.__rfloordiv__, byte_strides))
+    return View(a, "numpy", a.ctypes.data, a.shape, strides, dtype, "cpu", None)
 
 
 def _dlpack_view(x, name, stream):
@@ -92,17 +104,30 @@ def _dlpack_view(x, name, stream):
     ptr = (t.data or 0) + t.byte_offset
     # The capsule dies here unconsumed, which releases the exporter's export; x itself
     # (held in obj) keeps the memory alive.
-    return View(x, "dlpack", ptr, shape, strides, dtype or f"dlpack(code={code}, bits={bits})",
+    return View(x, "dlpack", ptr, tuple(shape), tuple(strides), dtype or f"dlpack(code={code}, bits={bits})",
                 device, dev_id if device != "cpu" else None)
 
 
+_torch_tensor = None  # torch.Tensor once torch is imported (never imported by us)
+_ndarray = None  # numpy.ndarray once numpy is imported
+
+
 def view(x, name, stream=None):
-    """View of argument `name` (for messages). torch/numpy fast paths, else DLPack."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
+    """View of argument `name` (for messages). torch/numpy fast paths (an exact type
+    test first: isinstance against torch.Tensor goes through its metaclass), else DLPack."""
+    global _torch_tensor, _ndarray
+    kind = type(x)
+    if kind is _torch_tensor:
         return _torch_view(x, name)
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(x, np.ndarray):
+    if kind is _ndarray:
+        return _numpy_view(x, name)
+    if _torch_tensor is None and "torch" in sys.modules:
+        _torch_tensor = sys.modules["torch"].Tensor
+    if _ndarray is None and "numpy" in sys.modules:
+        _ndarray = sys.modules["numpy"].ndarray
+    if _torch_tensor is not None and isinstance(x, _torch_tensor):  # subclasses (Parameter)
+        return _torch_view(x, name)
+    if _ndarray is not None and isinstance(x, _ndarray):
         return _numpy_view(x, name)
     return _dlpack_view(x, name, stream)
 
@@ -159,31 +184,41 @@ def _numpy_dtype(like, dtype):
 
 def empty(like, shape, dtype):
     """Uninitialised row-major output of `shape` and flash `dtype` in like's framework,
-    on its device. Returns (array, View)."""
+    on its device. Returns (array, data pointer)."""
+    if like.kind == "torch":  # the common case first: one torch call
+        # new_empty: like's device and (by default) dtype without parsing keyword
+        # arguments, the cheapest allocation torch offers (about 1 us on the host).
+        t = like.obj
+        out = t.new_empty(shape) if dtype == like.dtype else t.new_empty(shape, dtype=_torch_dtype(dtype))
+        return out, out.data_ptr()
     np_dtype = _numpy_dtype(like, dtype)
     if np_dtype is not None:
         import numpy as np
         a = np.empty(shape, dtype=np_dtype)
-        return a, _numpy_view(a, "output")
+        return a, a.ctypes.data
     import torch
-    t = torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=_torch_device(like))
-    return t, _torch_view(t, "output")
+    t = torch.empty(shape, dtype=_torch_dtype(dtype), device=_torch_device(like))
+    return t, t.data_ptr()
+
+
+def _torch_dtype(dtype):
+    return getattr(sys.modules["torch"], _TORCH_DTYPES[dtype])
 
 
 def empty_strided(like, shape, strides, dtype):
     """Output with the given element strides (a gradient must share its input's
-    strides, as flash's backward takes one stride set per tensor pair)."""
+    strides, as flash's backward takes one stride set per tensor pair). Returns
+    (array, data pointer)."""
     np_dtype = _numpy_dtype(like, dtype)
     if np_dtype is not None:
         import numpy as np
         span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
         buf = np.empty(span, dtype=np_dtype)
         a = np.lib.stride_tricks.as_strided(buf, shape, [s * buf.itemsize for s in strides])
-        return a, _numpy_view(a, "output")
+        return a, a.ctypes.data
     import torch
-    t = torch.empty_strided(shape, strides, dtype=getattr(torch, _TORCH_DTYPES[dtype]),
-                            device=_torch_device(like))
-    return t, _torch_view(t, "output")
+    t = torch.empty_strided(shape, strides, dtype=_torch_dtype(dtype), device=_torch_device(like))
+    return t, t.data_ptr()
 
 
 def finish(out, like):

@@ -1,9 +1,8 @@
 """PyTorch autograd for flashattn.attention and the compat functions.
 
 Two routes to the same kernels:
-- eager (every torch): a torch.autograd.Function; its backward writes the gradients of
-  a packed qkv / kv straight into one buffer when the packing allows (as FlashAttention
-  does), so packed layouts cost no extra gradient copies;
+- eager (every torch): a torch.autograd.Function taking q, k, v or FlashAttention's
+  packed qkv / kv, returning the packed gradient (dqkv) for packed inputs;
 - torch.compile (torch >= 2.4): torch.library.custom_op ops flashattn::fwd / ::bwd with
   fake implementations, so the compiler keeps attention as one node instead of
   breaking the graph at the ctypes call. Older torch (Debian's 1.13) has no custom_op
@@ -39,7 +38,7 @@ class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, options, packing, *tensors):
         q, k, v = split(packing, tensors)
-        o, lse = core.forward(q, k, v, True, **options)
+        o, lse = core.forward(q, k, v, True, options)
         ctx.save_for_backward(*tensors, o, lse)
         ctx.options, ctx.packing = options, packing
         ctx.mark_non_differentiable(lse)
@@ -49,21 +48,33 @@ class AttentionFunction(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         *tensors, o, lse = ctx.saved_tensors
         _refuse_forward_only(ctx.options)
-        q, k, v = split(ctx.packing, tensors)
-        # One gradient buffer per input (dqkv for a packed qkv); its q/k/v views are
-        # handed to the backward when they have q/k/v's strides, as it requires.
-        grads = [torch.empty_like(t) for t in tensors]
-        views = split(ctx.packing, grads)
-        given = [g if g.stride() == x.stride() else None for g, x in zip(views, (q, k, v))]
+        inputs, buffers = zip(*(_with_gradient_buffer(x) for x in split(ctx.packing, tensors)))
         if dout.stride() != o.stride():  # e.g. the expanded ones of loss = o.sum()
             dout = dout.contiguous()
         options = {key: ctx.options[key] for key in _BACKWARD_KEYS}
-        out = core.attention_backward(q, k, v, o, dout, lse, dq=given[0], dk=given[1], dv=given[2],
-                                      **options)
-        for buffer, result in zip(views, out):
-            if result is not buffer:
-                buffer.copy_(result)
-        return (None, None) + tuple(grads)
+        dq, dk, dv = core.attention_backward(*inputs, o, dout, lse, dq=buffers[0], dk=buffers[1],
+                                             dv=buffers[2], **options)
+        if ctx.packing == "qkv":
+            grads = (torch.stack((dq, dk, dv), dim=-3),)
+        elif ctx.packing == "q,kv":
+            grads = (dq, torch.stack((dk, dv), dim=-3))
+        else:
+            grads = (dq, dk, dv)
+        return (None, None) + grads
+
+
+def _with_gradient_buffer(x):
+    """(input, gradient buffer) for the backward, which needs the buffer to have the
+    input's strides. Dense layouts (contiguous, or a transposed [B, H, S, D]) keep theirs.
+    A view with gaps (q of a packed qkv) is copied to a contiguous tensor instead: a
+    buffer with its strides would span the gaps (3x the memory for qkv), and the library
+    refuses gradient buffers whose address ranges interleave (so dq, dk, dv cannot be
+    views of one dqkv); the packed gradient is stacked afterwards."""
+    g = torch.empty_like(x)
+    if g.stride() == x.stride():
+        return x, g
+    x = x.contiguous()
+    return x, torch.empty_like(x)
 
 
 def _compiling():
@@ -77,10 +88,6 @@ def attention_torch(options, packing, *tensors):
         q, k, v = split(packing, tensors)
         return _ops.forward(q, k, v, options)
     return AttentionFunction.apply(options, packing, *tensors)
-
-
-def attention_with_grad(q, k, v, options):
-    return attention_torch(options, "q,k,v", q, k, v)
 
 
 _ops = None

@@ -25,10 +25,11 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         backend: str, deterministic: bool, max_seqlen_q: int,
         max_seqlen_kv: int) -> Tuple[Tensor, Tensor]:
     scale_, mq, mk = _unpack(scale, max_seqlen_q, max_seqlen_kv)
-    return core.forward(q, k, v, True, causal=causal, window=(window_left, window_right),
-                        softcap=softcap, scale=scale_, backend=backend, cu_seqlens_q=cu_seqlens_q,
+    opts = core.options(causal=causal, window=(window_left, window_right), softcap=softcap, scale=scale_,
+                        backend=backend, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                         cu_seqlens_kv=cu_seqlens_kv, seqlens_kv=seqlens_kv, block_table=block_table,
                         max_seqlen_q=mq, max_seqlen_kv=mk)
+    return core.forward(q, k, v, True, opts)
 
 
 @fwd.register_fake

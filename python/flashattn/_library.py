@@ -18,7 +18,7 @@ import sys
 from . import _abi
 
 NAME = "libflashattn.so"
-_lib = None
+loaded = None  # the library once load() has succeeded (read directly on the hot path)
 
 
 def _install_dir():
@@ -80,9 +80,9 @@ def _declare(lib):
 
 def load():
     """The loaded library (cached). Raises ImportError listing every path tried."""
-    global _lib
-    if _lib is not None:
-        return _lib
+    global loaded
+    if loaded is not None:
+        return loaded
     tried = []
     for path in candidates():
         if not os.path.exists(path):
@@ -103,7 +103,7 @@ def load():
         raise ImportError(f"flashattn: {lib._name} is too old for this package "
                           "(no flash_backend_count); rebuild libflashattn")
     _declare(lib)
-    _lib = lib
+    loaded = lib
     return lib
 
 

@@ -26,17 +26,18 @@ def _check(dropout_p=0.0, alibi_slopes=None):
 def _attend(packing, tensors, softmax_scale, causal, window_size, softcap, deterministic,
             return_attn_probs, **sequence_args):
     """out, or (out, softmax_lse, None) with return_attn_probs; autograd for torch."""
-    options = dict(causal=causal, window=tuple(window_size), softcap=softcap, scale=softmax_scale,
-                   backend=None, deterministic=deterministic, cu_seqlens_q=None,
-                   cu_seqlens_kv=None, seqlens_kv=None, block_table=None, max_seqlen_q=None,
-                   max_seqlen_kv=None, stream=None)
-    options.update(sequence_args)
+    options = {"causal": causal, "window": window_size, "softcap": softcap, "scale": softmax_scale,
+               "backend": None, "deterministic": deterministic, "cu_seqlens_q": None,
+               "cu_seqlens_kv": None, "seqlens_kv": None, "block_table": None, "max_seqlen_q": None,
+               "max_seqlen_kv": None, "stream": None}
+    if sequence_args:
+        options.update(sequence_args)
     if core.torch_route(*tensors):
         from ._autograd import attention_torch
         o, lse = attention_torch(options, packing, *tensors)
         return (o, lse, None) if return_attn_probs else o
     q, k, v = _split_any(packing, tensors)
-    o, lse = core.forward(q, k, v, return_attn_probs, **options)
+    o, lse = core.forward(q, k, v, return_attn_probs, options)
     return (o, lse, None) if return_attn_probs else o
 
 
@@ -156,7 +157,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise invalid("cache_seqlens", "None", "appending k/v needs cache_seqlens (where to write)")
         append(k_cache, v_cache, k, v, seqlens, block_table)
         seqlens = seqlens + k.shape[1]
-    o, lse = core.forward(q, k_cache, v_cache, return_softmax_lse, causal=causal,
-                          window=tuple(window_size), softcap=softcap, scale=softmax_scale,
-                          seqlens_kv=seqlens, block_table=block_table)
+    opts = core.options(causal=causal, window=window_size, softcap=softcap, scale=softmax_scale,
+                        seqlens_kv=seqlens, block_table=block_table)
+    o, lse = core.forward(q, k_cache, v_cache, return_softmax_lse, opts)
     return (o, lse) if return_softmax_lse else o

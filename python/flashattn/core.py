@@ -10,7 +10,7 @@ import sys
 from . import _abi, _library
 from ._arrays import empty, empty_strided, finish, int32_array, view
 from ._errors import invalid, raise_status
-from ._problem import _backend_id, current_stream, describe, lse_shape, o_shape
+from ._problem import DEFAULTS, _backend_id, current_stream, describe
 
 BackendInfo = collections.namedtuple("BackendInfo", "name available reason detail")
 Plan = collections.namedtuple("Plan", "backend kernel reason")
@@ -22,9 +22,14 @@ def torch_route(*tensors):
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(tensors[0], torch.Tensor):
         return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return True
-    compiler = getattr(torch, "compiler", None)
+    for t in tensors:
+        if t.requires_grad:
+            return torch.is_grad_enabled() or _compiling(torch)
+    return _compiling(torch)
+
+
+def _compiling(torch):
+    compiler = getattr(torch, "compiler", None)  # torch >= 2.1
     return compiler is not None and compiler.is_compiling()
 
 
@@ -42,36 +47,48 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     contiguous). window = (left, right), -1 unbounded; scale None = 1/sqrt(head_dim);
     softcap 0 = off; backend None/'auto', 'reference', 'cpu', 'cuda', 'hip'.
     max_seqlen_q/kv: the longest sequence (default: an upper bound, so nothing is read
-    from device arrays). Returns o [..., heads_q, head_dim_v] in q's framework, and with
+    from device arrays). stream: a CUDA/HIP stream handle (default: the framework's
+    current stream). Returns o [..., heads_q, head_dim_v] in q's framework, and with
     return_lse the f32 lse [batch, heads_q, seqlen_q] ([heads_q, total_q] for packed q).
     torch tensors that require grad go through autograd (deterministic: the backward's)."""
-    options = dict(causal=causal, window=window, softcap=softcap, scale=scale, backend=backend,
-                   deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
-                   cu_seqlens_kv=cu_seqlens_kv, seqlens_kv=seqlens_kv, block_table=block_table,
-                   max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, stream=stream)
+    opts = {"causal": causal, "window": window, "softcap": softcap, "scale": scale, "backend": backend,
+            "deterministic": deterministic, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
+            "seqlens_kv": seqlens_kv, "block_table": block_table, "max_seqlen_q": max_seqlen_q,
+            "max_seqlen_kv": max_seqlen_kv, "stream": stream}
     if torch_route(q, k, v):
-        from ._autograd import attention_with_grad
-        o, lse = attention_with_grad(q, k, v, options)
-        return (o, lse) if return_lse else o
-    o, lse = forward(q, k, v, return_lse, **options)
+        from ._autograd import attention_torch
+        o, lse = attention_torch(opts, "q,k,v", q, k, v)
+    else:
+        o, lse = forward(q, k, v, return_lse, opts)
     return (o, lse) if return_lse else o
 
 
-def forward(q, k, v, with_lse, **options):
-    """(o, lse or None) without autograd."""
-    lib = _library.load()
-    d, keep = describe(q, k, v, **options)
-    qv = keep[0]
-    o, ov = empty(qv, o_shape(qv, d), qv.dtype)
+def forward(q, k, v, with_lse, opts):
+    """(o, lse or None) without autograd; opts has every key of _problem.DEFAULTS."""
+    lib = _library.loaded or _library.load()
+    p, _arrays = describe(q, k, v, opts)
+    qv = p.q
+    o, o_ptr = empty(qv, p.o_shape, qv.dtype)
     lse = None
     if with_lse:
-        lse, lv = empty(qv, lse_shape(d, qv), "f32")
-        d.lse = lv.ptr
-    with _device_of(qv):
-        status = lib.flash_attention(ctypes.byref(d), qv.ptr, keep[1].ptr, keep[2].ptr, ov.ptr)
+        lse, p.desc.lse = empty(qv, p.lse_shape, "f32")
+    if qv.index is None:  # host memory: no device to select
+        status = lib.flash_attention(ctypes.byref(p.desc), qv.ptr, p.k.ptr, p.v.ptr, o_ptr)
+    else:
+        with _device_of(qv):
+            status = lib.flash_attention(ctypes.byref(p.desc), qv.ptr, p.k.ptr, p.v.ptr, o_ptr)
     if status:
         raise_status(lib, status)
-    return finish(o, qv), (finish(lse, qv) if with_lse else None)
+    if qv.kind == "dlpack":
+        return finish(o, qv), (finish(lse, qv) if with_lse else None)
+    return o, lse
+
+
+def options(**given):
+    """attention's option dict: DEFAULTS updated with `given`."""
+    opts = dict(DEFAULTS)
+    opts.update(given)
+    return opts
 
 
 def attention_backward(q, k, v, o, dout, lse, *, causal=False, window=(-1, -1), softcap=0.0,
@@ -85,38 +102,38 @@ def attention_backward(q, k, v, o, dout, lse, *, causal=False, window=(-1, -1), 
     stride set per tensor pair. dk/dv are summed over the query heads sharing a kv head.
     deterministic=False lets the cuda backend add dQ partials with unordered atomics."""
     lib = _library.load()
-    d, keep = describe(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                       backend=backend, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
-                       cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q,
-                       max_seqlen_kv=max_seqlen_kv, stream=stream)
-    qv, kv, vv = keep[:3]
+    opts = options(causal=causal, window=window, softcap=softcap, scale=scale, backend=backend,
+                   deterministic=deterministic, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                   max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, stream=stream)
+    p, _arrays = describe(q, k, v, opts)
+    d, qv = p.desc, p.q
     ov, gv, lv = view(o, "o", d.stream), view(dout, "dout", d.stream), view(lse, "lse", d.stream)
-    want = o_shape(qv, d)
     for name, t in (("o", ov), ("dout", gv)):
-        if t.shape != want or t.dtype != qv.dtype:
-            raise invalid(f"{name}", f"{t.dtype} {list(t.shape)}", f"must be {qv.dtype} {list(want)}")
+        if tuple(t.shape) != p.o_shape or t.dtype != qv.dtype:
+            raise invalid(f"{name}", f"{t.dtype} {list(t.shape)}", f"must be {qv.dtype} {list(p.o_shape)}")
     if gv.strides != ov.strides:
         raise invalid("dout.strides", gv.strides, f"must equal o's strides {ov.strides} (the backward "
                       "reads dout with o_stride); pass dout.contiguous() for a contiguous o")
     _set_o_strides(d, ov)
-    if lv.shape != lse_shape(d, qv) or lv.dtype != "f32" or not _contiguous(lv):
-        raise invalid("lse", f"{lv.dtype} {list(lv.shape)}", f"must be contiguous f32 {list(lse_shape(d, qv))} "
+    if tuple(lv.shape) != p.lse_shape or lv.dtype != "f32" or not _contiguous(lv):
+        raise invalid("lse", f"{lv.dtype} {list(lv.shape)}", f"must be contiguous f32 {list(p.lse_shape)} "
                       "(the forward's)")
-    grads, keep_out = [], []
-    for name, given, src in (("dq", dq, qv), ("dk", dk, kv), ("dv", dv, vv)):
+    grads, ptrs = [], []
+    for name, given, src in (("dq", dq, qv), ("dk", dk, p.k), ("dv", dv, p.v)):
         if given is None:
-            t, tv = _like(src)
+            t, ptr = _like(src)
         else:
             t, tv = given, view(given, name, d.stream)
             if tv.shape != src.shape or tv.strides != src.strides or tv.dtype != src.dtype:
                 raise invalid(name, f"{tv.dtype} {list(tv.shape)} strides {tv.strides}",
                               f"must have the dtype, shape and strides of {name[1]} "
                               f"({src.dtype} {list(src.shape)} strides {src.strides})")
+            ptr = tv.ptr
         grads.append(t)
-        keep_out.append(tv)
+        ptrs.append(ptr)
     with _device_of(qv):
-        status = lib.flash_attention_backward(ctypes.byref(d), qv.ptr, kv.ptr, vv.ptr, ov.ptr, gv.ptr,
-                                              lv.ptr, keep_out[0].ptr, keep_out[1].ptr, keep_out[2].ptr)
+        status = lib.flash_attention_backward(ctypes.byref(d), qv.ptr, p.k.ptr, p.v.ptr, ov.ptr, gv.ptr,
+                                              lv.ptr, ptrs[0], ptrs[1], ptrs[2])
     if status:
         raise_status(lib, status)
     return tuple(finish(g, qv) for g in grads)
@@ -126,11 +143,10 @@ def _like(src):
     """A gradient buffer with src's strides: empty_like keeps the strides of dense
     layouts (e.g. [B, H, S, D] transposed); a view with gaps (a slice of a packed qkv)
     gets a buffer spanning the same gaps."""
-    torch = sys.modules.get("torch")
     if src.kind == "torch":
-        t = torch.empty_like(src.obj)
+        t = sys.modules["torch"].empty_like(src.obj)
         if t.stride() == src.strides:
-            return t, view(t, "grad")
+            return t, t.data_ptr()
     return empty_strided(src, src.shape, src.strides, src.dtype)
 
 
@@ -169,53 +185,48 @@ def merge_partials(o_parts, lse_parts, *, cu_seqlens_q=None, max_seqlen_q=None, 
     if pv.dtype not in _abi.DTYPES:
         raise invalid("o_parts.dtype", pv.dtype, "allowed: float32, float16, bfloat16")
     d = _abi.Desc()
-    keep = [pv, lv]
+    cu = None
     if cu_seqlens_q is not None:
         if len(pv.shape) != 4:
-            raise invalid("o_parts.shape", list(pv.shape), "must be [parts, total_q, heads_q, head_dim_v] with cu_seqlens_q")
+            raise invalid("o_parts.shape", list(pv.shape), "must be [parts, total_q, heads_q, head_dim_v] "
+                          "with cu_seqlens_q")
         cu = int32_array(cu_seqlens_q, "cu_seqlens_q", pv)
         parts, total, heads, dim = pv.shape
         d.batch, d.cu_seqlens_q = cu.shape[0] - 1, cu.ptr
-        d.seqlen_q = total if max_seqlen_q is None else max_seqlen_q
-        want_lse, o_shape_ = (parts, heads, total), (total, heads, dim)
-        keep.append(cu)
+        d.seqlen_q = total if max_seqlen_q is None else int(max_seqlen_q)
+        want_lse, o_shape = (parts, heads, total), (total, heads, dim)
     else:
         if len(pv.shape) != 5:
             raise invalid("o_parts.shape", list(pv.shape), "must be [parts, batch, seqlen_q, heads_q, head_dim_v]")
         parts, d.batch, d.seqlen_q, heads, dim = pv.shape
-        want_lse, o_shape_ = (parts, d.batch, heads, d.seqlen_q), pv.shape[1:]
+        want_lse, o_shape = (parts, d.batch, heads, d.seqlen_q), tuple(pv.shape[1:])
     if not _contiguous(pv):
         raise invalid("o_parts.strides", pv.strides, "must be contiguous (packed parts, stacked)")
-    if lv.shape != want_lse or lv.dtype != "f32" or not _contiguous(lv):
+    if tuple(lv.shape) != want_lse or lv.dtype != "f32" or not _contiguous(lv):
         raise invalid("lse_parts", f"{lv.dtype} {list(lv.shape)}", f"must be contiguous f32 {list(want_lse)}")
     d.heads_q, d.heads_kv, d.head_dim, d.head_dim_v = heads, 1, dim, dim
     d.dtype, d.backend, d.stream = _abi.DTYPES[pv.dtype], _backend_id(backend), s
     d.window_left = d.window_right = -1
-    o, ov = empty(pv, o_shape_, pv.dtype)
-    lse = lse_v = None
-    if return_lse:
-        lse, lse_v = empty(pv, want_lse[1:], "f32")
+    o, o_ptr = empty(pv, o_shape, pv.dtype)
+    lse, lse_ptr = empty(pv, want_lse[1:], "f32") if return_lse else (None, None)
     with _device_of(pv):
-        status = lib.flash_merge_partials(ctypes.byref(d), parts, pv.ptr, lv.ptr, ov.ptr,
-                                          lse_v.ptr if lse_v else None)
+        status = lib.flash_merge_partials(ctypes.byref(d), parts, pv.ptr, lv.ptr, o_ptr, lse_ptr)
     if status:
         raise_status(lib, status)
     return (finish(o, pv), finish(lse, pv)) if return_lse else finish(o, pv)
 
 
-def _backend_id(backend):
-    from ._problem import _backend_id
-    return _backend_id(backend)
-
-
-def explain(q, k, v, *, backward=False, **options):
+def explain(q, k, v, *, backward=False, **given):
     """What attention (backward=True: its backward) would run for these arguments,
     without running it: Plan(backend, kernel, reason). Raises as the call would.
     Takes attention's keyword options (causal, window, cu_seqlens_q, ...)."""
     lib = _library.load()
-    d, keep = describe(q, k, v, **options)
+    unknown = set(given) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"explain() got unexpected keyword arguments {sorted(unknown)}")
+    p, _arrays = describe(q, k, v, options(**given))
     backend, kernel, reason = ctypes.c_int32(), ctypes.c_char_p(), ctypes.c_char_p()
-    status = lib.flash_explain(ctypes.byref(d), 1 if backward else 0, keep[0].ptr,
+    status = lib.flash_explain(ctypes.byref(p.desc), 1 if backward else 0, p.q.ptr,
                                ctypes.byref(backend), ctypes.byref(kernel), ctypes.byref(reason))
     if status:
         raise_status(lib, status)
@@ -258,9 +269,9 @@ _NO_DEVICE = _NoDevice()
 def _device_of(v):
     """The GPU backends launch on the current device: make it q's for a torch tensor on
     another GPU (a no-op, and no torch call, in the common case)."""
-    if v.kind != "torch" or v.device == "cpu":
+    if v.kind != "torch" or v.index is None:
         return _NO_DEVICE
     torch = sys.modules["torch"]
-    if v.index is None or v.index == torch.cuda.current_device():
+    if v.index == torch.cuda.current_device():
         return _NO_DEVICE
     return torch.cuda.device(v.index)

@@ -1,0 +1,86 @@
+"""Per-call host overhead of the Python binding: the same tiny attention problem
+(batch 1, 1 query, 1 key, 1 head, dim 8, f32, host memory: the kernel's own work is
+negligible) called from C and from Python; per route the best and the median of 9
+rounds (on a busy machine the best is the cost itself, the median includes the noise).
+
+    python3 python/bench_overhead.py [--calls N]
+
+Needs a C compiler (cc) and the library's headers (the repository's include/ or
+FLASHATTN_INCLUDE). Prints ns per call for each route and the overhead over C."""
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+import flashattn
+from flashattn import _abi, _library
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def c_call_ns(calls):
+    include = os.environ.get("FLASHATTN_INCLUDE", os.path.join(HERE, "..", "include"))
+    lib = flashattn.library_path()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "bench_overhead")
+        subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "bench_overhead.c"), "-I", include, lib,
+                        "-Wl,-rpath," + os.path.dirname(lib)], check=True)
+        out = subprocess.run([exe, str(calls)], check=True, capture_output=True, text=True).stdout
+        return tuple(float(x) for x in out.split())
+
+
+def time_ns(fn, calls):
+    """(best, median) ns per call over 9 rounds."""
+    rounds = []
+    for _ in range(9):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter_ns() - t0) / calls)
+    return min(rounds), statistics.median(rounds)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=20000)
+    args = parser.parse_args()
+    c_ns = c_call_ns(args.calls)
+    rows = [("C flash_attention (bench_overhead.c)", c_ns)]
+
+    # The floor of any ctypes binding: one foreign call with a prebuilt descriptor.
+    lib = _library.load()
+    buf = (ctypes.c_float * 32)(*([0.1] * 32))
+    base = ctypes.addressof(buf)
+    d = _abi.Desc()
+    lib.flash_desc_init(ctypes.byref(d))
+    d.seqlen_q = d.seqlen_kv = 1
+    d.head_dim = 8
+    ref = ctypes.byref(d)
+    rows.append(("ctypes call, prebuilt descriptor",
+                 time_ns(lambda: lib.flash_attention(ref, base, base + 32, base + 64, base + 96), args.calls)))
+    try:
+        import numpy as np
+        q = np.full((1, 1, 1, 8), 0.1, dtype=np.float32)
+        rows.append(("flashattn.attention(numpy)", time_ns(lambda: flashattn.attention(q, q, q), args.calls)))
+    except ImportError:
+        pass
+    try:
+        import torch
+        t = torch.full((1, 1, 1, 8), 0.1)
+        rows.append(("flashattn.attention(torch)", time_ns(lambda: flashattn.attention(t, t, t), args.calls)))
+        from flashattn.compat import flash_attn_func
+        rows.append(("compat.flash_attn_func(torch)", time_ns(lambda: flash_attn_func(t, t, t), args.calls)))
+        rows.append(("t.new_empty alone (the output allocation)", time_ns(lambda: t.new_empty((1, 1, 1, 8)), args.calls)))
+    except ImportError:
+        pass
+    print(f"libflashattn {flashattn.version()} at {flashattn.library_path()}")
+    print(f"{'route':46s} {'best ns':>8s} {'over C':>8s} {'median':>8s} {'over C':>8s}")
+    for name, (best, median) in rows:
+        print(f"{name:46s} {best:8.0f} {best - c_ns[0]:8.0f} {median:8.0f} {median - c_ns[1]:8.0f}")
+
+
+if __name__ == "__main__":
+    main()
