@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash .ci/setup.sh
 # FLASHATTN_CI_CUDA_ARCHS (set by .ci/run): compile the CUDA module for fewer GPU
 # architectures than the default (80, 90 and PTX) to fit CI's time budget.
-bash .ci/build.sh -DFLASHATTN_TESTS=ON ${FLASHATTN_CI_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$FLASHATTN_CI_CUDA_ARCHS}
+bash .ci/build.sh -DFLASHATTN_TESTS=ON -DFLASHATTN_PYTHON=ON ${FLASHATTN_CI_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$FLASHATTN_CI_CUDA_ARCHS}
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 rm -rf build/install build/examples
 cmake --install build --prefix build/install >/dev/null
@@ -18,3 +18,14 @@ fi
 build/examples/attention_example
 build/examples/install_check
 build/examples/inference_example
+# The Python package (python/): pip-installed offline into a venv that sees Debian's
+# torch, numpy and pytest (Debian's pip refuses to install into the system Python),
+# finding the library through the install prefix; pytest prints its summary. Then the
+# copy CMake installed (FLASHATTN_PYTHON=ON) must load the library installed beside it.
+python=${PYTHON:-/usr/bin/python3}  # the interpreter Debian's python3-torch is built for
+"$python" -m venv --clear --system-site-packages build/pyenv
+PIP_DISABLE_PIP_VERSION_CHECK=1 build/pyenv/bin/python -m pip install -q --no-build-isolation --no-deps ./python
+(cd build && FLASHATTN_ROOT="$PWD/install" pyenv/bin/python -m pytest -p no:cacheprovider -rs ../python/tests)
+PYTHONPATH=$(echo build/install/lib/python3*/site-packages) "$python" -c \
+  'import sys, flashattn; print("cmake-installed flashattn loads", flashattn.library_path()); sys.exit(not flashattn.library_path().startswith(sys.argv[1]))' \
+  "$PWD/build/install/lib/"

@@ -32,13 +32,15 @@ def c_call_ns(calls):
         return tuple(float(x) for x in out.split())
 
 
-def time_ns(fn, calls):
-    """(best, median) ns per call over 9 rounds."""
+def time_ns(fn, calls, sync=None):
+    """(best, median) ns per call over 9 rounds; sync (GPU) ends each round."""
     rounds = []
     for _ in range(9):
         t0 = time.perf_counter_ns()
         for _ in range(calls):
             fn()
+        if sync:
+            sync()
         rounds.append((time.perf_counter_ns() - t0) / calls)
     return min(rounds), statistics.median(rounds)
 
@@ -74,6 +76,15 @@ def main():
         from flashattn.compat import flash_attn_func
         rows.append(("compat.flash_attn_func(torch)", time_ns(lambda: flash_attn_func(t, t, t), args.calls)))
         rows.append(("t.new_empty alone (the output allocation)", time_ns(lambda: t.new_empty((1, 1, 1, 8)), args.calls)))
+        if torch.cuda.is_available():  # host time per call on the GPU path (kernels queue)
+            c = t.cuda()
+            sync = torch.cuda.synchronize
+            rows.append(("flashattn.attention(torch cuda), host time",
+                         time_ns(lambda: flashattn.attention(c, c, c), 2000, sync)))
+            sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+            if sdpa is not None:
+                ct = c.transpose(1, 2)
+                rows.append(("torch SDPA (cuda), host time", time_ns(lambda: sdpa(ct, ct, ct), 2000, sync)))
     except ImportError:
         pass
     print(f"libflashattn {flashattn.version()} at {flashattn.library_path()}")

@@ -2,14 +2,16 @@
 
 Loaded on first use, not at import, so `import flashattn` works (and says what is
 missing) on a machine without the library. Search order, first hit wins:
-  1. FLASHATTN_LIBRARY: the library file, or a directory holding it;
+  1. FLASHATTN_LIBRARY: the library file, or a directory holding it (the only place
+     looked at when set: an explicit choice never falls back to another copy);
   2. the directory CMake recorded when it installed this package (FLASHATTN_PYTHON=ON,
      _install_dir.py), relative to the package so an installed tree can move;
-  3. beside the package: each parent directory up to four levels, and its lib/ or lib64/
-     (a package installed under <prefix>/lib/pythonX.Y/site-packages finds <prefix>/lib);
-  4. the lib/ and lib64/ of each prefix in FLASHATTN_ROOT and CMAKE_PREFIX_PATH, then of
-     sys.prefix, /usr/local and /usr (where `cmake --install` puts it by default);
-  5. the dynamic linker's own search (LD_LIBRARY_PATH, ldconfig)."""
+  3. the lib/ and lib64/ of each prefix in FLASHATTN_ROOT (os.pathsep-separated);
+  4. beside the package: each of its four parent directories and their lib/, lib64/
+     (a package under <prefix>/lib/pythonX.Y/site-packages finds <prefix>/lib);
+  5. the lib/ and lib64/ of each prefix in CMAKE_PREFIX_PATH, then of sys.prefix,
+     /usr/local and /usr (where `cmake --install` puts it by default);
+  6. the dynamic linker's own search (LD_LIBRARY_PATH, ldconfig)."""
 import ctypes
 import ctypes.util
 import os
@@ -33,27 +35,28 @@ def _install_dir():
 def _beside_package():
     out = []
     d = os.path.dirname(os.path.abspath(__file__))
-    for _ in range(5):
+    for _ in range(4):
         d = os.path.dirname(d)
         out += [d, os.path.join(d, "lib"), os.path.join(d, "lib64")]
     return out
 
 
-def _prefixes():
-    roots = []
-    for var in ("FLASHATTN_ROOT", "CMAKE_PREFIX_PATH"):
-        roots += [p for p in os.environ.get(var, "").split(os.pathsep) if p]
-    roots += [sys.prefix, "/usr/local", "/usr"]
-    return [os.path.join(r, sub) for r in roots for sub in ("lib", "lib64")]
+def _prefixes(*roots):
+    return [os.path.join(r, sub) for r in roots if r for sub in ("lib", "lib64")]
+
+
+def _env_paths(var):
+    return os.environ.get(var, "").split(os.pathsep)
 
 
 def candidates():
     """Paths tried, in order (for the error message and for tests)."""
     explicit = os.environ.get("FLASHATTN_LIBRARY")
-    if explicit:  # an explicit choice is the only one: no silent fallback elsewhere
+    if explicit:
         explicit = os.path.abspath(explicit)
         return [os.path.join(explicit, NAME) if os.path.isdir(explicit) else explicit]
-    dirs = _install_dir() + _beside_package() + _prefixes()
+    dirs = (_install_dir() + _prefixes(*_env_paths("FLASHATTN_ROOT")) + _beside_package()
+            + _prefixes(*_env_paths("CMAKE_PREFIX_PATH"), sys.prefix, "/usr/local", "/usr"))
     return [os.path.join(d, NAME) for d in dirs]
 
 

@@ -44,3 +44,12 @@ def gen(request):
 def host_backends():
     """Backends that run host memory here (reference, and cpu when built)."""
     return [b.name for b in flashattn.backends() if b.available and b.name in ("reference", "cpu")]
+
+
+def pytest_report_header(config):
+    """What is under test: which package and library, with which torch."""
+    lines = [f"flashattn {flashattn.__file__}", f"libflashattn {flashattn.version()} {flashattn.library_path()}",
+             f"torch {torch.__version__}, custom_op: {hasattr(torch.library, 'custom_op')}"]
+    lines += [f"backend {b.name}: " + (b.detail if b.available else "unavailable: " + b.reason)
+              for b in flashattn.backends()]
+    return lines

@@ -151,3 +151,15 @@ def test_missing_library_lists_what_was_tried(tmp_path):
     run = subprocess.run([sys.executable, "-c", "import flashattn, flashattn.compat"], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_flashattn_root_prefix_is_searched(tmp_path):
+    """FLASHATTN_ROOT=<prefix> finds <prefix>/lib/libflashattn.so (the CMake install layout)."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libflashattn.so").symlink_to(flashattn.library_path())
+    env = {k: v for k, v in os.environ.items() if k != "FLASHATTN_LIBRARY"}
+    env["FLASHATTN_ROOT"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-c", "import flashattn; print(flashattn.library_path())"], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(tmp_path / "lib" / "libflashattn.so")
