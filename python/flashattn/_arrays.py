@@ -89,8 +89,13 @@ def _dlpack_view(x, name, stream):
     device = _DL_DEVICES.get(int(dev_type))
     if device is None:
         raise invalid(f"{name}.device", f"DLPack device type {int(dev_type)}", "allowed: CPU, CUDA, ROCm memory")
-    # The exporter makes its work visible to our stream (DLPack's stream argument).
-    capsule = x.__dlpack__(stream=stream if device != "cpu" else None)
+    # The exporter makes its work visible to our stream (DLPack's stream argument, in
+    # which the legacy default stream is 1: 0 is reserved, yet it is torch's handle for
+    # that stream).
+    if device == "cpu":
+        capsule = x.__dlpack__()
+    else:
+        capsule = x.__dlpack__(stream=stream or 1)
     t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
     shape = [t.shape[i] for i in range(t.ndim)]
     if t.strides:

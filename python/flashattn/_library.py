@@ -42,7 +42,7 @@ def _beside_package():
 
 
 def _prefixes(*roots):
-    return [os.path.join(r, sub) for r in roots if r for sub in ("lib", "lib64")]
+    return [os.path.join(os.path.abspath(r), sub) for r in roots if r for sub in ("lib", "lib64")]
 
 
 def _env_paths(var):
@@ -57,7 +57,7 @@ def candidates():
         return [os.path.join(explicit, NAME) if os.path.isdir(explicit) else explicit]
     dirs = (_install_dir() + _prefixes(*_env_paths("FLASHATTN_ROOT")) + _beside_package()
             + _prefixes(*_env_paths("CMAKE_PREFIX_PATH"), sys.prefix, "/usr/local", "/usr"))
-    return [os.path.join(d, NAME) for d in dirs]
+    return list(dict.fromkeys(os.path.join(d, NAME) for d in dirs))  # in order, without repeats
 
 
 def _declare(lib):

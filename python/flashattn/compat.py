@@ -7,7 +7,8 @@ Same names, argument names, defaults, shapes and return values as flash_attn 2.x
 implement raise NotImplementedError naming them (dropout_p > 0, alibi_slopes, rotary_cos /
 rotary_sin, cache_batch_idx, cache_leftpad); return_attn_probs gives S_dmask = None (as
 FlashAttention does without dropout); num_splits is accepted and ignored (the library
-picks its own key splits)."""
+picks its own key splits); a tensor whose last dimension is not contiguous raises
+ValueError (FlashAttention copies it; the library reads strides but not that one)."""
 from . import core
 from ._errors import Unsupported, invalid
 
@@ -159,5 +160,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         seqlens = seqlens + k.shape[1]
     opts = core.options(causal=causal, window=window_size, softcap=softcap, scale=softmax_scale,
                         seqlens_kv=seqlens, block_table=block_table)
-    o, lse = core.forward(q, k_cache, v_cache, return_softmax_lse, opts)
+    if core.torch_route(q, k_cache, v_cache):  # torch.compile: the custom op (no backward either way)
+        from ._autograd import attention_torch
+        o, lse = attention_torch(opts, "q,k,v", q, k_cache, v_cache)
+    else:
+        o, lse = core.forward(q, k_cache, v_cache, return_softmax_lse, opts)
     return (o, lse) if return_softmax_lse else o
