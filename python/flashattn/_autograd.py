@@ -77,14 +77,9 @@ def _with_gradient_buffer(x):
     return x, torch.empty_like(x)
 
 
-def _compiling():
-    compiler = getattr(torch, "compiler", None)
-    return compiler is not None and compiler.is_compiling()
-
-
 def attention_torch(options, packing, *tensors):
     """(o, lse) with autograd, for torch tensors; the custom op while compiling."""
-    if _ops is not None and _compiling():
+    if _ops is not None and core.compiling is not None and core.compiling():
         q, k, v = split(packing, tensors)
         return _ops.forward(q, k, v, options)
     return AttentionFunction.apply(options, packing, *tensors)
@@ -93,3 +88,6 @@ def attention_torch(options, packing, *tensors):
 _ops = None
 if hasattr(torch.library, "custom_op"):  # torch >= 2.4
     from . import _custom_ops as _ops
+
+core.attention_torch = attention_torch
+core.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)

@@ -34,8 +34,7 @@ def _attend(packing, tensors, softmax_scale, causal, window_size, softcap, deter
     if sequence_args:
         options.update(sequence_args)
     if core.torch_route(*tensors):
-        from ._autograd import attention_torch
-        o, lse = attention_torch(options, packing, *tensors)
+        o, lse = core.attention_torch(options, packing, *tensors)
         return (o, lse, None) if return_attn_probs else o
     q, k, v = _split_any(packing, tensors)
     o, lse = core.forward(q, k, v, return_attn_probs, options)
@@ -161,8 +160,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     opts = core.options(causal=causal, window=window_size, softcap=softcap, scale=softmax_scale,
                         seqlens_kv=seqlens, block_table=block_table)
     if core.torch_route(q, k_cache, v_cache):  # torch.compile: the custom op (no backward either way)
-        from ._autograd import attention_torch
-        o, lse = attention_torch(opts, "q,k,v", q, k_cache, v_cache)
+        o, lse = core.attention_torch(opts, "q,k,v", q, k_cache, v_cache)
     else:
         o, lse = core.forward(q, k_cache, v_cache, return_softmax_lse, opts)
     return (o, lse) if return_softmax_lse else o

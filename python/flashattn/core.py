@@ -16,21 +16,27 @@ BackendInfo = collections.namedtuple("BackendInfo", "name available reason detai
 Plan = collections.namedtuple("Plan", "backend kernel reason")
 
 
+# Bound by _autograd when it is imported (flashattn/__init__ imports it when torch is
+# loaded first, else the first call with torch tensors does). torch.compile then traces
+# plain references to these two functions rather than the sys.modules lookups below.
+compiling = None  # torch.compiler.is_compiling (torch >= 2.1)
+attention_torch = None  # _autograd.attention_torch: (o, lse) through autograd / the custom op
+
+
 def torch_route(*tensors):
     """True when torch tensors need the autograd route: one requires grad, or
     torch.compile is tracing (the custom op keeps the graph whole)."""
+    if compiling is not None and compiling():
+        return True
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(tensors[0], torch.Tensor):
         return False
+    if attention_torch is None:
+        from . import _autograd  # noqa: F401  (binds compiling and attention_torch)
     for t in tensors:
         if t.requires_grad:
-            return torch.is_grad_enabled() or _compiling(torch)
-    return _compiling(torch)
-
-
-def _compiling(torch):
-    compiler = getattr(torch, "compiler", None)  # torch >= 2.1
-    return compiler is not None and compiler.is_compiling()
+            return torch.is_grad_enabled()
+    return False
 
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None, return_lse=False,
@@ -56,7 +62,6 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
             "seqlens_kv": seqlens_kv, "block_table": block_table, "max_seqlen_q": max_seqlen_q,
             "max_seqlen_kv": max_seqlen_kv, "stream": stream}
     if torch_route(q, k, v):
-        from ._autograd import attention_torch
         o, lse = attention_torch(opts, "q,k,v", q, k, v)
     else:
         o, lse = forward(q, k, v, return_lse, opts)
