@@ -113,6 +113,8 @@ def attention_backward(q, k, v, o, dout, lse, *, causal=False, window=(-1, -1), 
     p, _arrays = describe(q, k, v, opts)
     d, qv = p.desc, p.q
     ov, gv, lv = view(o, "o", d.stream), view(dout, "dout", d.stream), view(lse, "lse", d.stream)
+    for name, t in (("o", ov), ("dout", gv), ("lse", lv)):
+        _same_device(t, qv, name)
     for name, t in (("o", ov), ("dout", gv)):
         if tuple(t.shape) != p.o_shape or t.dtype != qv.dtype:
             raise invalid(f"{name}", f"{t.dtype} {list(t.shape)}", f"must be {qv.dtype} {list(p.o_shape)}")
@@ -129,6 +131,7 @@ def attention_backward(q, k, v, o, dout, lse, *, causal=False, window=(-1, -1), 
             t, ptr = _like(src)
         else:
             t, tv = given, view(given, name, d.stream)
+            _same_device(tv, qv, name)
             if tv.shape != src.shape or tv.strides != src.strides or tv.dtype != src.dtype:
                 raise invalid(name, f"{tv.dtype} {list(tv.shape)} strides {tv.strides}",
                               f"must have the dtype, shape and strides of {name[1]} "
@@ -142,6 +145,12 @@ def attention_backward(q, k, v, o, dout, lse, *, causal=False, window=(-1, -1), 
     if status:
         raise_status(lib, status)
     return tuple(finish(g, qv) for g in grads)
+
+
+def _same_device(t, q, name):
+    if t.device != q.device or t.index != q.index:
+        raise invalid(f"{name}.device", t.device if t.index is None else f"{t.device}:{t.index}",
+                      f"must be q's device ({q.device}{'' if q.index is None else ':' + str(q.index)})")
 
 
 def _like(src):
