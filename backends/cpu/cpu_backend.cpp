@@ -98,8 +98,8 @@ struct CpuBackend {
     const TargetKernels& selected = SelectTarget();
     const Decision decision = Decide(p, FLASH_FORWARD, selected);
     if (decision.path == Path::kDecode) return DecodeForward(selected, p, q, k, v, o);
-    // The vdpbf16ps forward shares the avx512 target's Plan (same tiles), so only the
-    // item function differs.
+    // The bf16 forwards (vdpbf16ps, AMX tiles) share the avx512 target's Plan (same
+    // tiles), so only the item function differs.
     TargetKernels t = selected;
     if (decision.path == Path::kBf16Tiles) t.forward_item = t.bf16_forward_item;
     if (detail::has_sequence_arrays(p)) return ForwardSequences(t, p, q, k, v, o);
@@ -182,9 +182,10 @@ struct CpuBackend {
   // Decode (decode-inl.h): a forward whose rows per (sequence, kv head) fit one decode
   // item, against enough keys to split, with head dims in whole pairs of vectors (the
   // decode kernel has no partial vectors); it reads paged caches in place.
-  // avx512bf16: a prefill forward that Avx512Bf16Declines() accepts (bf16, any head
-  // dims) runs the vdpbf16ps kernel (cpu.fwd.avx512bf16.*); f32, f16, decode and the
-  // backward run the avx512 Highway kernels and are named so (cpu.*.avx512.*).
+  // amx / avx512bf16: a prefill forward that Avx512Bf16Declines() accepts (bf16, any
+  // head dims) runs the target's own kernel (cpu.fwd.amx.* on tiles, cpu.fwd.avx512bf16.*
+  // on vdpbf16ps); f32, f16, decode and the backward run the avx512 Highway kernels and
+  // are named so (cpu.*.avx512.*).
   static Decision Decide(const flash_problem& p, int direction, const TargetKernels& t) {
     if (direction == FLASH_MERGE)
       return {Path::kMerge, std::string("cpu.merge.") + DTypeName(p.dtype)};

@@ -72,13 +72,16 @@ HWY_INLINE void TileIntervals(const MaskRule& mask, const int64_t* row_index, si
 }
 
 // Applies softcap (values in log2 units afterwards) and, on boundary tiles, the mask
-// to Sᵀ rows [0, kb) and columns [0, rows), both in place.
+// to Sᵀ rows [0, kb) and columns [0, rows), both in place. s_scale multiplies S before
+// the softcap (for kernels whose products leave S unscaled); without softcap S is only
+// masked, its scale left to OnlineSoftmax.
 HWY_INLINE void CapAndMask(float* HWY_RESTRICT st, size_t rows, size_t kb, float softcap,
-                           bool boundary, const float* lo_rel, const float* hi_rel) {
+                           bool boundary, const float* lo_rel, const float* hi_rel,
+                           float s_scale = 1.0f) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
-  const auto inv_cap = hn::Set(d, softcap > 0 ? 1.0f / softcap : 0.0f);
+  const auto inv_cap = hn::Set(d, softcap > 0 ? s_scale / softcap : 0.0f);
   // cap · tanh(s / cap) first, then · log2(e): cap · log2(e) alone overflows for
   // softcap > 2.3e38 (a valid value).
   const auto cap = hn::Set(d, softcap);
@@ -99,16 +102,21 @@ HWY_INLINE void CapAndMask(float* HWY_RESTRICT st, size_t rows, size_t kb, float
   }
 }
 
-// Online softmax over Sᵀ rows [0, kb): updates m, l, writes α and P (in place).
+// Online softmax over Sᵀ rows [0, kb): updates m, l, writes α and P (in place). The
+// scores in log2 units are s_scale·Sᵀ (s_scale > 0, so the row max of the scaled
+// scores is the scaled max; the scale is fused into the exponent's subtraction).
 HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb, float* HWY_RESTRICT m,
-                              float* HWY_RESTRICT l, float* HWY_RESTRICT alpha) {
+                              float* HWY_RESTRICT l, float* HWY_RESTRICT alpha,
+                              float s_scale = 1.0f) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto scale = hn::Set(d, s_scale);
   for (size_t c = 0; c < rows; c += N) {
     const auto m_old = hn::Load(d, m + c);
-    auto mx = m_old;
-    for (size_t j = 0; j < kb; ++j) mx = hn::Max(mx, hn::Load(d, st + j * rows + c));
+    auto raw_max = neg_inf;
+    for (size_t j = 0; j < kb; ++j) raw_max = hn::Max(raw_max, hn::Load(d, st + j * rows + c));
+    const auto mx = hn::Max(m_old, hn::Mul(raw_max, scale));
     // A row that has seen only masked keys keeps m = -inf; subtract 0 instead so
     // exp2(-inf - (-inf)) never produces NaN.
     const auto m_use = hn::IfThenZeroElse(hn::Eq(mx, neg_inf), mx);
@@ -116,7 +124,7 @@ HWY_INLINE void OnlineSoftmax(float* HWY_RESTRICT st, size_t rows, size_t kb, fl
     auto sum = hn::Zero(d);
     for (size_t j = 0; j < kb; ++j) {
       float* p = st + j * rows + c;
-      const auto e = Exp2(d, hn::Sub(hn::Load(d, p), m_use));
+      const auto e = Exp2(d, hn::MulSub(hn::Load(d, p), scale, m_use));
       hn::Store(e, d, p);
       sum = hn::Add(sum, e);
     }
@@ -221,18 +229,26 @@ HWY_INLINE void StackedRows(const Plan& plan, int64_t qb, int64_t* row_index) {
 }
 
 // Normalises a forward item's rows once and writes O (rounded once to the storage type)
-// and lse; o holds the item's unnormalised rows (dv_pad floats each), m and l their row
-// max (log2 units) and sum. Shared by every forward kernel of the backend.
+// and lse; m and l hold the rows' max (log2 units) and sum. Element (r, c) of the
+// item's unnormalised O is o[r·row_stride + c·col_stride]: rows of dv_pad floats
+// (row_stride = dv_pad, col_stride = 1) or Oᵀ (row_stride = 1, col_stride = rows; each
+// row is gathered into row_buf, head_dim_v floats, first). Shared by every forward
+// kernel of the backend.
 HWY_INLINE void StoreItemRows(const Plan& plan, int64_t b, int64_t hkv, const int64_t* row_index,
-                              const float* o, size_t dv_pad, const float* m, const float* l) {
+                              const float* o, size_t row_stride, size_t col_stride, const float* m,
+                              const float* l, float* row_buf = nullptr) {
   const flash_problem& p = *plan.a.p;
   const size_t R = static_cast<size_t>(plan.item_rows), Dv = static_cast<size_t>(p.head_dim_v);
   for (size_t r = 0; r < R; ++r) {
     if (row_index[r] < 0) continue;
     const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
     const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
-    StoreFromF32(p.dtype, o + r * dv_pad, Dv, inv,
-                 At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
+    const float* row = o + r * row_stride;
+    if (col_stride != 1) {
+      for (size_t c = 0; c < Dv; ++c) row_buf[c] = row[c * col_stride];
+      row = row_buf;
+    }
+    StoreFromF32(p.dtype, row, Dv, inv, At(plan.a.o_out, p.dtype, p.o_stride, b, row_index[r], h));
     if (p.lse) {
       p.lse[(b * p.heads_q + h) * p.seqlen_q + row_index[r]] =
           l[r] == 0.0f ? -std::numeric_limits<float>::infinity() : (m[r] + std::log2(l[r])) * kLn2;
@@ -332,7 +348,7 @@ HWY_INLINE void ForwardItemImpl(const Plan& plan, int64_t item) {
     }
   }
 
-  StoreItemRows(plan, b, hkv, row_index, o, dv_pad, m, l);
+  StoreItemRows(plan, b, hkv, row_index, o, dv_pad, 1, m, l);
 }
 
 }  // namespace flash::cpu::HWY_NAMESPACE

@@ -57,13 +57,13 @@
 #include <limits>
 
 #include "backends/cpu/avx512bf16.h"
-#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_plan.h"
 
 #if HWY_TARGET == HWY_AVX3
 // HWY_BEFORE_NAMESPACE() with avx512bf16 added (GCC: push_options + target pragma;
 // clang: attribute push), for the functions of this region only.
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+#include "backends/cpu/avx512bf16_pack.h"
 namespace flash::cpu::HWY_NAMESPACE {
 namespace {
 
@@ -76,39 +76,6 @@ static_assert(Tiles::kRowAlign % BT::kPvMR == 0, "rows per pass vs PV block");
 static_assert(Tiles::kRows % Tiles::kRowAlign == 0 && Tiles::kKeys % BT::kQkMR == 0,
               "tile vs micro-tile");
 constexpr size_t kPanel = BT::kPvNR * BT::kLanes;  // V panel width (columns)
-
-// Interleaves the 16-bit halves [a0..a15 | b0..b15] into pairs (a_i, b_i), a low.
-HWY_INLINE __m512i InterleaveHalves(__m512i ab) {
-  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  return _mm512_permutexvar_epi16(_mm512_load_si512(kIdx), ab);
-}
-
-// bf16 pairs (lo_i, hi_i) of two f32 vectors, rounded to nearest even.
-HWY_INLINE __m512i PairF32(__m512 lo, __m512 hi) {
-  return InterleaveHalves((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-}
-
-// n elements of a bf16/f16 row as bf16 bits, zero-padded to n_pad (f16 rounded to
-// bf16; bf16 copied).
-HWY_INLINE void RowToBf16(int32_t dtype, const void* src, size_t n, size_t n_pad, uint16_t* dst) {
-  if (dtype == FLASH_BF16) {
-    std::memcpy(dst, src, n * 2);
-  } else {
-    const uint16_t* h = static_cast<const uint16_t*>(src);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      const __m512 lo =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)));
-      const __m512 hi =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i + 16)));
-      _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    }
-    for (; i < n; ++i) dst[i] = Bf16FromF32(F32FromF16(h[i]));
-  }
-  std::fill(dst + n, dst + n_pad, uint16_t{0});
-}
 
 // Sᵀ[j][r] = scale · Σ_d K[j][d]·Q[r][d] for MR keys and NR vectors of rows.
 // kp: K rows (d2 pairs each, row stride d2), qp: Qᵀ pairs at column r0 (row stride R).
@@ -250,19 +217,6 @@ HWY_INLINE void BoundaryPvBf16(const uint32_t* ppack, size_t rows, size_t kb, co
   }
 }
 
-// bf16 scratch of one thread (packed Qᵀ, K, V and P), grown and reused like Workspace.
-struct PackBuffers {
-  hwy::AlignedFreeUniquePtr<uint32_t[]> buffer;
-  size_t capacity = 0;
-  uint32_t* Reset(size_t n) {
-    if (n > capacity) {
-      buffer = hwy::AllocateAligned<uint32_t>(n);
-      capacity = n;
-    }
-    return buffer.get();
-  }
-};
-
 void ForwardItemBf16(const Plan& plan, int64_t item) {
   const flash_problem& p = *plan.a.p;
   int64_t b, hkv, qb;
@@ -303,16 +257,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
   const int64_t i_first = qb * plan.rows_per_head;
   const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
   // Qᵀ as bf16 pairs along head_dim: qpack[k·R + r] = (Q[r][2k], Q[r][2k+1]).
-  for (size_t r = 0; r < R; ++r) {
-    if (row_index[r] < 0) {
-      for (size_t k = 0; k < d2; ++k) qpack[k * R + r] = 0;
-      continue;
-    }
-    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
-    RowToBf16(p.dtype, At(plan.a.q, p.dtype, p.q_stride, b, row_index[r], h), D, 2 * d2, row16);
-    for (size_t k = 0; k < d2; ++k)
-      qpack[k * R + r] = uint32_t{row16[2 * k]} | uint32_t{row16[2 * k + 1]} << 16;
-  }
+  PackQPairs(plan, b, hkv, row_index, R, d2, row16, qpack);
   std::fill(o, o + R * dv_pad, 0.0f);
   std::fill(m, m + R, -std::numeric_limits<float>::infinity());
   std::fill(l, l + R, 0.0f);
@@ -329,31 +274,14 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
     // K rows as bf16 (zero rows up to whole QK key blocks); V rows as bf16, then
     // interleaved into pairs of keys per column, in panels of kPanel columns.
     const size_t k_rows = RoundUpTo(kb, BT::kQkMR);
-    for (size_t j = 0; j < k_rows; ++j) {
-      uint16_t* dst = reinterpret_cast<uint16_t*>(kpack + j * d2);
-      if (j < kb)
-        RowToBf16(p.dtype, At(plan.a.k, p.dtype, p.k_stride, b, j0 + static_cast<int64_t>(j), hkv),
-                  D, 2 * d2, dst);
-      else
-        std::fill(dst, dst + 2 * d2, uint16_t{0});
-    }
-    for (size_t j = 0; j < 2 * kb2; ++j) {
-      uint16_t* dst = vrows + j * dv_pad;
-      if (j < kb)
-        RowToBf16(p.dtype, At(plan.a.v, p.dtype, p.v_stride, b, j0 + static_cast<int64_t>(j), hkv),
-                  Dv, dv_pad, dst);
-      else
-        std::fill(dst, dst + dv_pad, uint16_t{0});
-    }
+    PackKRows(plan, b, hkv, j0, kb, k_rows, d2, kpack);
+    PackVRows<false>(plan, b, hkv, j0, kb, 2 * kb2, dv_pad, vrows);
     for (size_t pr = 0; pr < kb2; ++pr)
       for (size_t c = 0; c < dv_pad; c += N) {
-        const __m512i ab = _mm512_inserti64x4(
-            _mm512_castsi256_si512(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows + 2 * pr * dv_pad + c))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrows + (2 * pr + 1) * dv_pad + c)),
-            1);
         const size_t c0 = c / kPanel * kPanel, w = std::min(kPanel, dv_pad - c0);
-        _mm512_storeu_si512(vpack + c0 * kb2 + pr * w + (c - c0), InterleaveHalves(ab));
+        _mm512_storeu_si512(
+            vpack + c0 * kb2 + pr * w + (c - c0),
+            PairRows(vrows + 2 * pr * dv_pad + c, vrows + (2 * pr + 1) * dv_pad + c));
       }
     const int64_t j_next = j0 + kPrefetchTiles * static_cast<int64_t>(K);
     if (j_next <= j_end) {
@@ -377,15 +305,8 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
       if (boundary || p.softcap > 0)
         CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0);
       OnlineSoftmax(st, rows, kb, m + r0, l + r0, alpha + r0);
-      // P as bf16 pairs of keys: ppack[k·rows + r] = (P[r][2k], P[r][2k+1]); the key
-      // after an odd tile end is 0 (st holds a padding row's raw S there).
-      for (size_t pr = 0; pr < kb2; ++pr)
-        for (size_t c = 0; c < rows; c += N) {
-          const __m512 lo = _mm512_loadu_ps(st + 2 * pr * rows + c);
-          const __m512 hi =
-              2 * pr + 1 < kb ? _mm512_loadu_ps(st + (2 * pr + 1) * rows + c) : _mm512_setzero_ps();
-          _mm512_storeu_si512(ppack + pr * rows + c, PairF32(lo, hi));
-        }
+      // P as bf16 pairs of keys: ppack[k·rows + r] = (P[r][2k], P[r][2k+1]).
+      PackPPairs(st, rows, kb, ppack);
       float* o_pass = o + r0 * dv_pad;
       if (!boundary) {
         for (size_t r = 0; r < rows; r += BT::kPvMR)
@@ -398,7 +319,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
     }
   }
 
-  StoreItemRows(plan, b, hkv, row_index, o, dv_pad, m, l);
+  StoreItemRows(plan, b, hkv, row_index, o, dv_pad, 1, m, l);
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ HWY_AFTER_NAMESPACE();
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/amx.h"
 #include "backends/cpu/avx512bf16.h"
 #include "flash/flash.hpp"
 
@@ -86,7 +87,15 @@ constexpr Named kKnown[] = {{"avx512", HWY_AVX3},
                             {"sse4", HWY_SSE4},
                             {"scalar", (HWY_TARGETS & HWY_EMU128) ? HWY_EMU128 : HWY_SCALAR}};
 
-constexpr const char* kBf16Name = "avx512bf16";
+// The targets that are the avx512 kernels plus a bf16 forward of their own (not Highway
+// targets), best first: what each lacks on this CPU ("" = runs here) and its item.
+struct Bf16Target {
+  const char* name;
+  std::string (*missing)();
+  ForwardItemFn (*item)();
+};
+const Bf16Target kBf16Targets[] = {{"amx", &AmxMissing, &AmxForwardItem},
+                                   {"avx512bf16", &Avx512Bf16Missing, &Avx512Bf16ForwardItem}};
 
 std::vector<TargetKernels> Discover() {
   std::vector<TargetKernels> out;
@@ -103,14 +112,17 @@ std::vector<TargetKernels> Discover() {
                    HWY_DISPATCH_TABLE(DecodeItem)[i], HWY_DISPATCH_TABLE(DecodeCombine)[i],
                    HWY_DISPATCH_TABLE(Exp2Array)[i]});
   }
-  // avx512bf16 (forward_avx512bf16.cpp, not a Highway target): the avx512 kernels with
-  // the vdpbf16ps forward in front, where this CPU has AVX512_BF16.
-  if (!out.empty() && std::strcmp(out.front().name, "avx512") == 0 && Avx512Bf16Missing().empty() &&
-      Avx512Bf16ForwardItem() != nullptr) {
-    TargetKernels bf16 = out.front();
-    bf16.name = kBf16Name;
-    bf16.bf16_forward_item = Avx512Bf16ForwardItem();
-    out.insert(out.begin(), bf16);
+  // amx (forward_amx.cpp) and avx512bf16 (forward_avx512bf16.cpp): the avx512 kernels
+  // with a bf16 forward in front, where this CPU has AMX / AVX512_BF16.
+  if (out.empty() || std::strcmp(out.front().name, "avx512") != 0) return out;
+  const TargetKernels avx512 = out.front();
+  size_t at = 0;
+  for (const Bf16Target& b : kBf16Targets) {
+    if (!b.missing().empty() || b.item() == nullptr) continue;
+    TargetKernels t = avx512;
+    t.name = b.name;
+    t.bf16_forward_item = b.item();
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at++), t);
   }
   return out;
 }
@@ -130,8 +142,13 @@ std::string SupportedList() {
 }
 
 std::string UnsupportedList() {
-  const std::string missing = Avx512Bf16Missing();
-  return missing.empty() ? "" : std::string(kBf16Name) + " (needs " + missing + ")";
+  std::string s;
+  for (const Bf16Target& b : kBf16Targets) {
+    const std::string missing = b.missing();
+    if (!missing.empty())
+      s += (s.empty() ? "" : ", ") + std::string(b.name) + " (needs " + missing + ")";
+  }
+  return s;
 }
 
 const TargetKernels& SelectTarget() {
@@ -140,10 +157,14 @@ const TargetKernels& SelectTarget() {
   if (env == nullptr || *env == '\0') return targets.front();
   for (const TargetKernels& t : targets)
     if (std::strcmp(t.name, env) == 0) return t;
-  bool known = std::strcmp(env, kBf16Name) == 0;
+  bool known = false;
+  std::string lacks;
+  for (const Bf16Target& b : kBf16Targets)
+    if (std::strcmp(env, b.name) == 0) {
+      known = true;
+      lacks = " (it lacks " + b.missing() + ")";
+    }
   for (const Named& n : kKnown) known = known || std::strcmp(n.name, env) == 0;
-  const std::string lacks =
-      std::strcmp(env, kBf16Name) == 0 ? " (it lacks " + Avx512Bf16Missing() + ")" : "";
   throw flash::Error(std::string("FLASH_CPU_TARGET='") + env + "' is " +
                      (known ? "not supported by this CPU" + lacks : "not a known SIMD target") +
                      "; valid values here: " + SupportedList());

@@ -13,7 +13,7 @@ namespace flash::cpu {
 
 // One compiled SIMD target's kernels (function pointers from Highway's dispatch table).
 struct TargetKernels {
-  const char* name;    // "avx512bf16", "avx512", "avx2", "sse4", "scalar" (FLASH_CPU_TARGET)
+  const char* name;    // "amx", "avx512bf16", "avx512", "avx2", "sse4", "scalar" (FLASH_CPU_TARGET)
   int64_t hwy_target;  // HWY_AVX3, ...
   TargetTiles tiles;
   void (*forward_item)(const Plan&, int64_t item);
@@ -23,9 +23,9 @@ struct TargetKernels {
   void (*decode_item)(const DecodePlan&, int64_t item);     // decode-inl.h
   void (*decode_combine)(const DecodePlan&, int64_t unit);  // unit = b·heads_kv + h
   void (*exp2)(const float* in, float* out, size_t n);      // for tests
-  // avx512bf16 only (forward_avx512bf16.cpp): the vdpbf16ps forward for the problems
-  // Avx512Bf16Declines() accepts; everything else runs the Highway kernels above, those
-  // of highway_name. Null on the Highway targets.
+  // amx and avx512bf16 only (forward_amx.cpp, forward_avx512bf16.cpp): the bf16 forward
+  // for the problems Avx512Bf16Declines() accepts; everything else runs the Highway
+  // kernels above, those of highway_name. Null on the Highway targets.
   void (*bf16_forward_item)(const Plan&, int64_t item) = nullptr;
   const char* highway_name = name;  // the Highway target whose kernels the rest uses
 };
@@ -33,11 +33,13 @@ struct TargetKernels {
 // Targets this binary has and this CPU runs, best first. Never empty (scalar).
 const std::vector<TargetKernels>& SupportedTargets();
 
-// "avx512bf16,avx512,avx2,sse4,scalar" style list of SupportedTargets().
+// "amx,avx512bf16,avx512,avx2,sse4,scalar" style list of SupportedTargets().
 std::string SupportedList();
 
-// Known targets this CPU lacks, with the missing feature: "avx512bf16 (AVX512_BF16 ...)",
-// comma-separated ("" when none). probe() reports it so test suites can skip by name.
+// Known targets this CPU lacks, each with the missing feature in parentheses (which may
+// hold commas and parentheses of its own), separated by ", ": "amx (needs AMX-TILE ...),
+// avx512bf16 (needs ...)" ("" when none). probe() reports it so test suites can skip by
+// name.
 std::string UnsupportedList();
 
 // The target for this call: FLASH_CPU_TARGET if set (read on every call, so tests can

@@ -1,11 +1,15 @@
-// The avx512bf16 forward (backends/cpu/forward_avx512bf16.cpp) against the fp64 oracle
-// under the project's tolerance rule: max error <= 2x that of naive attention evaluated
-// in bf16 (reference::naive_forward) + 1e-3 x max |ref|. Odd sizes, Sq != Sk both
-// ways, causal / windows / softcap / GQA / Dv != D / odd head_dim / strides, outputs
-// poisoned with NaN, NaN and inf in key rows some rows do not see (on both halves of a
-// bf16 key pair), and bitwise equal results for 1, 2 and 3 threads. Every check first
-// asserts that choose() names the vdpbf16ps kernel, so none can pass on another path.
-// On CPUs without AVX512-BF16 every test is skipped naming the missing feature.
+// The bf16 forwards of their own targets — avx512bf16 (forward_avx512bf16.cpp,
+// vdpbf16ps) and amx (forward_amx.cpp, tdpbf16ps tiles) — against the fp64 oracle under
+// the project's tolerance rule: max error <= 2x that of naive attention evaluated in
+// bf16 (reference::naive_forward) + 1e-3 x max |ref|. Odd sizes, Sq != Sk both ways,
+// causal / windows / softcap / GQA / Dv != D / odd head_dim / strides, outputs poisoned
+// with NaN, NaN and inf in key rows some rows do not see (on both halves of a bf16 key
+// pair), and bitwise equal results for 1, 2 and 3 threads. Every check first asserts
+// that choose() names the target's kernel, so none can pass on another path.
+// On CPUs without a target's feature its tests are skipped naming what is missing.
+// Built twice: flash_cpu_bf16_kernel_test (both targets, real instructions) and
+// flash_cpu_amx_emulated_test (FLASH_BF16_TEST_AMX_ONLY: the amx target with its tile
+// instructions emulated in scalar C++, backends/cpu/amx_emulate.h).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -22,35 +26,24 @@
 namespace flash::cpu::test {
 namespace {
 
-// "" when avx512bf16 runs here, else probe()'s "unsupported=" entry (the missing
-// CPU feature).
-std::string MissingFeature() {
-  for (const std::string& n : SupportedTargetNames())
-    if (n == "avx512bf16") return "";
-  flash_message reason{}, detail{};
-  flash_cpu_module()->probe(&reason, &detail);
-  const std::string d = detail.text;
-  const size_t at = d.find("unsupported=");
-  return at == std::string::npos ? "avx512bf16 not reported by probe(): " + d
-                                 : d.substr(at + 12, d.find(';', at) - at - 12);
-}
-
-class CpuBf16Kernel : public ::testing::Test {
+class CpuBf16Kernel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string missing = MissingFeature();
-    if (!missing.empty()) GTEST_SKIP() << "avx512bf16 unavailable: " << missing;
-    setenv("FLASH_CPU_TARGET", "avx512bf16", 1);
+    const std::string missing = MissingTarget(GetParam());
+    if (!missing.empty()) GTEST_SKIP() << GetParam() << " unavailable: " << missing;
+    setenv("FLASH_CPU_TARGET", GetParam().c_str(), 1);
   }
   void TearDown() override { unsetenv("FLASH_CPU_TARGET"); }
 };
 
-// The vdpbf16ps forward runs p; decode-shaped problems (one query row against >= 64
+// The target's bf16 forward runs p; decode-shaped problems (one query row against >= 64
 // keys) run the decode kernel of the avx512 target instead, which choose() names.
 void ExpectBf16Kernel(const flash_problem& p, bool decode_shape = false) {
   flash_message kernel{};
   ASSERT_EQ(flash_cpu_module()->choose(&p, FLASH_FORWARD, &kernel), FLASH_OK);
-  const std::string want = decode_shape ? "cpu.decode.avx512.bf16.d" : "cpu.fwd.avx512bf16.bf16.d";
+  const std::string want =
+      decode_shape ? "cpu.decode.avx512.bf16.d"
+                   : "cpu.fwd." + std::string(std::getenv("FLASH_CPU_TARGET")) + ".bf16.d";
   ASSERT_EQ(std::string(kernel.text).rfind(want, 0), 0u) << kernel.text;
 }
 
@@ -106,7 +99,7 @@ Case Bf16(int64_t sq, int64_t sk, int64_t d) {
   return c;
 }
 
-TEST_F(CpuBf16Kernel, OddSizesBothWays) {
+TEST_P(CpuBf16Kernel, OddSizesBothWays) {
   const int64_t sizes[] = {1, 17, 113, 257, 1000};
   for (int64_t sq : sizes)
     for (int64_t sk : sizes) {
@@ -115,7 +108,7 @@ TEST_F(CpuBf16Kernel, OddSizesBothWays) {
     }
 }
 
-TEST_F(CpuBf16Kernel, HeadDims) {
+TEST_P(CpuBf16Kernel, HeadDims) {
   // Odd head_dim (a zero half pair), dims below one vector, Dv != D both ways, and
   // Dv that leaves partial V panels (1..3 vectors of 16).
   for (int64_t d : {1, 7, 17, 33, 96, 128, 256}) CheckCase(Bf16(113, 257, d));
@@ -126,7 +119,7 @@ TEST_F(CpuBf16Kernel, HeadDims) {
   }
 }
 
-TEST_F(CpuBf16Kernel, MasksSoftcapGqaStrides) {
+TEST_P(CpuBf16Kernel, MasksSoftcapGqaStrides) {
   for (bool causal : {false, true})
     for (auto [wl, wr] : {std::pair<int64_t, int64_t>{-1, -1}, {33, 5}, {0, 0}, {-1, 0}, {4, -1}})
       for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 257}, {257, 113}, {17, 1000}}) {
@@ -155,7 +148,7 @@ TEST_F(CpuBf16Kernel, MasksSoftcapGqaStrides) {
   CheckCase(c);
 }
 
-TEST_F(CpuBf16Kernel, MasksOnLargeProblem) {
+TEST_P(CpuBf16Kernel, MasksOnLargeProblem) {
   Case c = Bf16(1000, 1000, 128);
   c.hq = 2;
   c.hk = 1;
@@ -170,7 +163,7 @@ TEST_F(CpuBf16Kernel, MasksOnLargeProblem) {
 // NaN in V and inf in K at an even and at an odd key: a row that does not see such a
 // key (causal above it, a window past it) must stay finite and correct, whatever its
 // pair partner; every row that sees the NaN value is NaN.
-TEST_F(CpuBf16Kernel, NanReachesOnlyRowsThatUseIt) {
+TEST_P(CpuBf16Kernel, NanReachesOnlyRowsThatUseIt) {
   for (const int64_t bad : {70, 71}) {
     for (const int64_t wl : {int64_t{-1}, int64_t{5}}) {
       Case c = Bf16(150, 150, 32);
@@ -206,7 +199,7 @@ TEST_F(CpuBf16Kernel, NanReachesOnlyRowsThatUseIt) {
 
 // Bitwise equal o and lse for 1, 2 and 3 threads and a repeat (items do not depend on
 // the thread count; every output element comes from one item).
-TEST_F(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
+TEST_P(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
   Case c = Bf16(301, 277, 40);
   c.batch = 2;
   c.hq = 6;
@@ -230,6 +223,15 @@ TEST_F(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
   EXPECT_TRUE(one == run(1)) << "repeat differs";
   omp_set_num_threads(saved);
 }
+
+#if defined(FLASH_BF16_TEST_AMX_ONLY)
+INSTANTIATE_TEST_SUITE_P(Emulated, CpuBf16Kernel, ::testing::Values(std::string("amx")),
+                         [](const auto& info) { return info.param; });
+#else
+INSTANTIATE_TEST_SUITE_P(Targets, CpuBf16Kernel,
+                         ::testing::Values(std::string("avx512bf16"), std::string("amx")),
+                         [](const auto& info) { return info.param; });
+#endif
 
 }  // namespace
 }  // namespace flash::cpu::test

@@ -2,8 +2,10 @@
 // development (the project's benchmark is bench/flashattn_bench). Not a test.
 // Usage: flash_cpu_speed [batch heads seqlen head_dim dtype(f32|f16|bf16) reps]
 //        flash_cpu_speed [batch heads seqlen head_dim A/B reps], e.g. bf16/f32: forwards of
-//        dtype A and B alternate in one run (A, B, B, A, ...), each round printing both and
-//        the ratio A/B (wall and per CPU-second), then the median ratio.
+//        A and B alternate in one run (A, B, B, A, ...), each round printing both and
+//        the ratio A/B (wall and per CPU-second), then the median ratio. A side is
+//        dtype[@target]: bf16@amx/bf16@avx512bf16 runs bf16 with FLASH_CPU_TARGET=amx
+//        against bf16 with FLASH_CPU_TARGET=avx512bf16 (no @: the environment's choice).
 // FLOPs: 4·B·H·Sq·Sk·D forward (half for causal); backward 2.5x forward.
 #include <immintrin.h>
 #include <omp.h>
@@ -84,8 +86,32 @@ std::pair<double, double> PeakGflops(int threads) {
 }
 
 int32_t DType(const std::string& name) {
-  return name == "f16" ? FLASH_F16 : name == "bf16" ? FLASH_BF16 : FLASH_F32;
+  const std::string dtype = name.substr(0, name.find('@'));
+  return dtype == "f16" ? FLASH_F16 : dtype == "bf16" ? FLASH_BF16 : FLASH_F32;
 }
+
+// FLASH_CPU_TARGET for side `name` ("dtype@target"), or the environment's value at start.
+struct TargetScope {
+  std::string saved;
+  bool had = false, active = false;
+  explicit TargetScope(const std::string& name) {
+    const size_t at = name.find('@');
+    if (at == std::string::npos) return;
+    if (const char* old = std::getenv("FLASH_CPU_TARGET")) {
+      had = true;
+      saved = old;
+    }
+    setenv("FLASH_CPU_TARGET", name.substr(at + 1).c_str(), 1);
+    active = true;
+  }
+  ~TargetScope() {
+    if (!active) return;
+    if (had)
+      setenv("FLASH_CPU_TARGET", saved.c_str(), 1);
+    else
+      unsetenv("FLASH_CPU_TARGET");
+  }
+};
 
 // Forwards of two dtypes on one shape, alternating so that both see the same load.
 void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& name_a,
@@ -94,7 +120,8 @@ void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& na
   const int threads = omp_get_max_threads();
   for (bool causal : {false, true}) {
     std::vector<Problem> pr;
-    for (const std::string& name : {name_a, name_b}) {
+    const std::string names[2] = {name_a, name_b};
+    for (const std::string& name : names) {
       Case c;
       c.batch = B;
       c.hq = c.hk = H;
@@ -103,7 +130,12 @@ void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& na
       c.dtype = DType(name);
       c.causal = causal;
       pr.emplace_back(c);
-      pr.back().Forward();  // warm the workspaces
+      const TargetScope target(name);
+      std::string error;
+      if (pr.back().Forward(&error) != FLASH_OK) {  // also warms the workspaces
+        std::printf("%s: %s\n", name.c_str(), error.c_str());
+        std::exit(1);
+      }
     }
     const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
     std::vector<double> ratio_wall, ratio_cpu;
@@ -111,6 +143,7 @@ void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& na
       double wall[2], cpu[2];
       for (int k = 0; k < 2; ++k) {
         const int which = r % 2 == 0 ? k : 1 - k;  // A B, then B A
+        const TargetScope target(names[which]);
         const auto t0 = Clock::now();
         const double c0 = CpuSeconds();
         pr[which].Forward();
@@ -153,6 +186,7 @@ int main(int argc, char** argv) {
     Alternate(B, H, S, D, dt.substr(0, slash), dt.substr(slash + 1), reps);
     return 0;
   }
+  const TargetScope target(dt);
   const bool probe_peak = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   // The machine is shared: interleave the peak probe with the kernel and keep the best
   // of each, so both see the same (least) interference.

@@ -2,6 +2,7 @@
 // parses: "simd=<chosen>; supported=<comma list>; ...".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cpu_test_util.h"
@@ -25,8 +26,30 @@ TEST(CpuTarget, ProbeDetailFormat) {
       << "best target is the default: " << d;
   EXPECT_EQ(names.back(), "scalar") << d;
   for (const std::string& n : names)
-    EXPECT_TRUE(n == "avx512bf16" || n == "avx512" || n == "avx2" || n == "sse4" || n == "scalar")
+    EXPECT_TRUE(n == "amx" || n == "avx512bf16" || n == "avx512" || n == "avx2" || n == "sse4" ||
+                n == "scalar")
         << n;
+}
+
+// The bf16-forward targets (amx, avx512bf16) are either supported or reported with what
+// they need, each once, and the report parses: the cross-backend suite lists such
+// targets as skips naming the missing feature.
+TEST(CpuTarget, EveryBf16TargetIsSupportedOrReported) {
+  const std::vector<std::string> names = SupportedTargetNames();
+  const auto unsupported = UnsupportedTargets();
+  for (const std::string target : {"amx", "avx512bf16"}) {
+    const bool supported = std::find(names.begin(), names.end(), target) != names.end();
+    int reported = 0;
+    for (const auto& [name, needs] : unsupported) {
+      if (name != target) continue;
+      ++reported;
+      EXPECT_EQ(needs.rfind("needs ", 0), 0u) << needs;
+      EXPECT_GT(needs.size(), 6u) << needs;
+    }
+    EXPECT_EQ(reported, supported ? 0 : 1) << target << " in " << Detail();
+  }
+  for (const auto& [name, needs] : unsupported)
+    EXPECT_TRUE(name == "amx" || name == "avx512bf16") << name << " " << needs;
 }
 
 TEST(CpuTarget, EachSupportedTargetCanBeForced) {
@@ -34,15 +57,17 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
     setenv("FLASH_CPU_TARGET", n.c_str(), 1);
     EXPECT_EQ(Detail().rfind("simd=" + n + ";", 0), 0u);
     Case c;
-    // avx512bf16 runs the bf16 forward itself; f32 on it runs (and is named) avx512.
-    if (n == "avx512bf16") c.dtype = FLASH_BF16;
+    // amx and avx512bf16 run the bf16 forward themselves; f32 on them runs (and is
+    // named) avx512.
+    const bool bf16_target = n == "amx" || n == "avx512bf16";
+    if (bf16_target) c.dtype = FLASH_BF16;
     Problem pr(c);
     std::string err;
     EXPECT_EQ(pr.Forward(&err), FLASH_OK) << err;
     flash_message kernel{};
     ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
     EXPECT_NE(std::string(kernel.text).find("." + n + "."), std::string::npos) << kernel.text;
-    if (n != "avx512bf16") continue;
+    if (!bf16_target) continue;
     for (int32_t dtype : {FLASH_F32, FLASH_F16}) {
       pr.p.dtype = dtype;
       ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
@@ -55,26 +80,30 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
   unsetenv("FLASH_CPU_TARGET");
 }
 
-// Without a forced target, bf16 forwards take avx512bf16 where the CPU has it; where
-// it does not, probe() names the missing feature and forcing it is an error naming it.
-TEST(CpuTarget, Avx512Bf16IsDefaultOrRefusedByName) {
-  unsetenv("FLASH_CPU_TARGET");
-  const std::vector<std::string> names = SupportedTargetNames();
-  Case c;
-  c.dtype = FLASH_BF16;
-  Problem pr(c);
-  if (names.front() == "avx512bf16") {
-    flash_message kernel{};
-    ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
-    EXPECT_EQ(std::string(kernel.text).rfind("cpu.fwd.avx512bf16.bf16.d16", 0), 0u) << kernel.text;
-    EXPECT_EQ(Detail().find("unsupported="), std::string::npos) << Detail();
-    return;
+// Without a forced target, bf16 forwards take the best bf16 target the CPU has (amx,
+// then avx512bf16); one it lacks is refused by name when forced, naming the feature.
+TEST(CpuTarget, Bf16TargetIsDefaultOrRefusedByName) {
+  for (const std::string target : {"amx", "avx512bf16"}) {
+    unsetenv("FLASH_CPU_TARGET");
+    const std::vector<std::string> names = SupportedTargetNames();
+    Case c;
+    c.dtype = FLASH_BF16;
+    Problem pr(c);
+    const std::string missing = MissingTarget(target);
+    if (missing.empty()) {
+      if (names.front() != target) continue;  // a better bf16 target is the default
+      flash_message kernel{};
+      ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
+      EXPECT_EQ(std::string(kernel.text).rfind("cpu.fwd." + target + ".bf16.d16", 0), 0u)
+          << kernel.text;
+      continue;
+    }
+    EXPECT_NE(Detail().find(target + " (needs "), std::string::npos) << Detail();
+    setenv("FLASH_CPU_TARGET", target.c_str(), 1);
+    std::string err;
+    EXPECT_EQ(pr.Forward(&err), FLASH_INVALID_ARGUMENT);
+    EXPECT_NE(err.find("not supported by this CPU (it lacks "), std::string::npos) << err;
   }
-  EXPECT_NE(Detail().find("unsupported=avx512bf16 (needs "), std::string::npos) << Detail();
-  setenv("FLASH_CPU_TARGET", "avx512bf16", 1);
-  std::string err;
-  EXPECT_EQ(pr.Forward(&err), FLASH_INVALID_ARGUMENT);
-  EXPECT_NE(err.find("not supported by this CPU (it lacks "), std::string::npos) << err;
   unsetenv("FLASH_CPU_TARGET");
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/convert.h"
@@ -186,6 +187,46 @@ inline std::vector<std::string> SupportedTargetNames() {
     pos = comma + 1;
   }
   return names;
+}
+
+// probe()'s "unsupported=" entries as (target, "needs <feature>"): entries are
+// "<target> (needs <feature>)", separated by ", " outside parentheses (a feature may
+// hold commas and parentheses of its own).
+inline std::vector<std::pair<std::string, std::string>> UnsupportedTargets() {
+  unsetenv("FLASH_CPU_TARGET");
+  flash_message reason{}, detail{};
+  flash_cpu_module()->probe(&reason, &detail);
+  const std::string d = detail.text;
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t at = d.find("unsupported=");
+  if (at == std::string::npos) return out;
+  at += 12;
+  while (at < d.size() && d[at] != ';') {
+    const size_t space = d.find(' ', at);
+    if (space == std::string::npos) break;
+    size_t end = space;
+    for (int depth = 0; end < d.size(); ++end) {
+      depth += d[end] == '(' ? 1 : d[end] == ')' ? -1 : 0;
+      if (depth == 0 && (d[end] == ',' || d[end] == ';')) break;
+    }
+    std::string needs = d.substr(space + 1, end - space - 1);  // "(needs ...)"
+    if (needs.size() >= 2 && needs.front() == '(' && needs.back() == ')')
+      needs = needs.substr(1, needs.size() - 2);
+    out.emplace_back(d.substr(at, space - at), needs);
+    at = end;
+    while (at < d.size() && (d[at] == ',' || d[at] == ' ')) ++at;
+  }
+  return out;
+}
+
+// "" when SIMD target `name` runs here, else what it needs (probe()'s entry) or a note
+// that probe() does not report it.
+inline std::string MissingTarget(const std::string& name) {
+  for (const std::string& n : SupportedTargetNames())
+    if (n == name) return "";
+  for (const auto& [target, needs] : UnsupportedTargets())
+    if (target == name) return needs;
+  return name + " is neither supported nor reported unsupported by probe()";
 }
 
 }  // namespace flash::cpu::test

@@ -17,14 +17,26 @@ std::vector<Target> all_targets() {
       std::string simd;
       while (std::getline(s, simd, ','))
         if (!simd.empty()) out.push_back({info.backend, simd, name + "_" + simd, true, ""});
-      // "unsupported=avx512bf16 (needs AVX512_BF16 ...)": listed too, so the suite
-      // reports a skip naming the missing CPU feature instead of leaving it out.
+      // "unsupported=amx (needs AMX-TILE ...), avx512bf16 (needs AVX512_BF16 ...)": listed
+      // too, so the suite reports a skip naming the missing CPU feature instead of
+      // leaving the target out. Entries are separated by commas outside parentheses (a
+      // reason may hold commas and parentheses of its own).
       const auto missing = info.detail.find("unsupported=");
       if (missing != std::string::npos) {
-        std::string entry = info.detail.substr(missing + 12);
-        entry = entry.substr(0, entry.find(';'));
-        const std::string simd_name = entry.substr(0, entry.find(' '));
-        out.push_back({info.backend, simd_name, name + "_" + simd_name, false, entry});
+        const std::string& d = info.detail;
+        size_t at = missing + 12;
+        while (at < d.size() && d[at] != ';') {
+          size_t end = at;
+          for (int depth = 0; end < d.size(); ++end) {
+            depth += d[end] == '(' ? 1 : d[end] == ')' ? -1 : 0;
+            if (depth == 0 && (d[end] == ',' || d[end] == ';')) break;
+          }
+          const std::string entry = d.substr(at, end - at);
+          const std::string simd_name = entry.substr(0, entry.find(' '));
+          out.push_back({info.backend, simd_name, name + "_" + simd_name, false, entry});
+          at = end;
+          while (at < d.size() && (d[at] == ',' || d[at] == ' ')) ++at;
+        }
       }
       continue;
     }

@@ -1,0 +1,171 @@
+// bf16 operand packing shared by the bf16 forward kernels (forward_avx512bf16.cpp:
+// vdpbf16ps; forward_amx.cpp: AMX tiles). Both multiply bf16 pairs: two consecutive
+// elements along the reduction dimension share one 32-bit word, low half first, so
+// every packed operand here is an array of such words.
+//
+// Include inside the kernel region of a file compiled for Highway's AVX3 target with
+// avx512bf16 added to its attributes (HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16"));
+// everything is in an unnamed namespace, so each including file has its own copy.
+#pragma once
+
+#if HWY_TARGET != HWY_AVX3
+#error "avx512bf16_pack.h is AVX3-only code: include it in an HWY_TARGET == HWY_AVX3 region"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/convert.h"
+#include "backends/cpu/cpu_plan.h"
+#include "hwy/aligned_allocator.h"
+
+namespace flash::cpu::HWY_NAMESPACE {
+namespace {
+
+constexpr size_t kBf16Lanes = 16;  // f32 lanes of a zmm register = bf16 pairs per vector
+
+// bf16 bits as f32 (exact).
+HWY_INLINE float Bf16ToF32(uint16_t bits) {
+  const uint32_t u = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Interleaves the 16-bit halves [a0..a15 | b0..b15] into pairs (a_i, b_i), a low.
+HWY_INLINE __m512i InterleaveHalves(__m512i ab) {
+  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kIdx), ab);
+}
+
+// bf16 pairs (lo_i, hi_i) of two f32 vectors, rounded to nearest even.
+HWY_INLINE __m512i PairF32(__m512 lo, __m512 hi) {
+  return InterleaveHalves((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Pairs (a_i, b_i) of 16 bf16 elements of two rows.
+HWY_INLINE __m512i PairRows(const uint16_t* a, const uint16_t* b) {
+  const __m512i ab = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+  return InterleaveHalves(ab);
+}
+
+// n elements of a bf16/f16 row as bf16 bits, zero-padded to n_pad (f16 rounded to
+// bf16; bf16 copied).
+HWY_INLINE void RowToBf16(int32_t dtype, const void* src, size_t n, size_t n_pad, uint16_t* dst) {
+  if (dtype == FLASH_BF16) {
+    std::memcpy(dst, src, n * 2);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 lo =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)));
+      const __m512 hi =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i + 16)));
+      _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    for (; i < n; ++i) dst[i] = Bf16FromF32(F32FromF16(h[i]));
+  }
+  std::fill(dst + n, dst + n_pad, uint16_t{0});
+}
+
+// bf16 scratch of one thread (packed Q, K, V and P), grown and reused like Workspace.
+struct PackBuffers {
+  hwy::AlignedFreeUniquePtr<uint32_t[]> buffer;
+  size_t capacity = 0;
+  uint32_t* Reset(size_t n) {
+    if (n > capacity) {
+      buffer = hwy::AllocateAligned<uint32_t>(n);
+      capacity = n;
+    }
+    return buffer.get();
+  }
+};
+
+// Qᵀ of an item's stacked rows as bf16 pairs along head_dim: qpack[k·R + r] =
+// (Q[r][2k], Q[r][2k+1]) for k < d2_pad (pairs past head_dim and padding rows are 0).
+// row16: scratch of 2·d2_pad bf16.
+HWY_INLINE void PackQPairs(const Plan& plan, int64_t b, int64_t hkv, const int64_t* row_index,
+                           size_t R, size_t d2_pad, uint16_t* row16, uint32_t* qpack) {
+  const flash_problem& p = *plan.a.p;
+  const size_t D = static_cast<size_t>(p.head_dim);
+  for (size_t r = 0; r < R; ++r) {
+    if (row_index[r] < 0) {
+      for (size_t k = 0; k < d2_pad; ++k) qpack[k * R + r] = 0;
+      continue;
+    }
+    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+    RowToBf16(p.dtype, At(plan.a.q, p.dtype, p.q_stride, b, row_index[r], h), D, 2 * d2_pad, row16);
+    for (size_t k = 0; k < d2_pad; ++k)
+      qpack[k * R + r] = uint32_t{row16[2 * k]} | uint32_t{row16[2 * k + 1]} << 16;
+  }
+}
+
+// K rows [j0, j0 + kb) of kv head hkv as bf16, d2_pad pairs each (row stride d2_pad
+// words), rows [kb, k_rows) zero.
+HWY_INLINE void PackKRows(const Plan& plan, int64_t b, int64_t hkv, int64_t j0, size_t kb,
+                          size_t k_rows, size_t d2_pad, uint32_t* kpack) {
+  const flash_problem& p = *plan.a.p;
+  const size_t D = static_cast<size_t>(p.head_dim);
+  for (size_t j = 0; j < k_rows; ++j) {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(kpack + j * d2_pad);
+    if (j < kb)
+      RowToBf16(p.dtype, At(plan.a.k, p.dtype, p.k_stride, b, j0 + static_cast<int64_t>(j), hkv), D,
+                2 * d2_pad, dst);
+    else
+      std::fill(dst, dst + 2 * d2_pad, uint16_t{0});
+  }
+}
+
+// V rows [j0, j0 + kb) as bf16 rows of dv_pad elements (row stride dv_pad), rows
+// [kb, v_rows) zero. With kCheckFinite, returns false when a row holds inf or NaN
+// (exponent all ones): such a tile needs the exact-keys P·V on boundary tiles, where
+// a blocked product would multiply a masked key's V by P = 0 (0·NaN is NaN).
+template <bool kCheckFinite>
+HWY_INLINE bool PackVRows(const Plan& plan, int64_t b, int64_t hkv, int64_t j0, size_t kb,
+                          size_t v_rows, size_t dv_pad, uint16_t* vrows) {
+  const flash_problem& p = *plan.a.p;
+  const size_t Dv = static_cast<size_t>(p.head_dim_v);
+  const __m512i exponent = _mm512_set1_epi16(0x7f80);
+  __mmask32 nonfinite = 0;
+  for (size_t j = 0; j < v_rows; ++j) {
+    uint16_t* dst = vrows + j * dv_pad;
+    if (j >= kb) {
+      std::fill(dst, dst + dv_pad, uint16_t{0});
+      continue;
+    }
+    RowToBf16(p.dtype, At(plan.a.v, p.dtype, p.v_stride, b, j0 + static_cast<int64_t>(j), hkv), Dv,
+              dv_pad, dst);
+    if (!kCheckFinite) continue;
+    // dv_pad is a multiple of 16 elements: whole 256-bit halves, the last zero-padded.
+    for (size_t c = 0; c < dv_pad; c += 2 * kBf16Lanes) {
+      const __mmask32 in_row = c + 2 * kBf16Lanes <= dv_pad ? ~__mmask32{0} : 0xffffu;
+      const __m512i x = _mm512_maskz_loadu_epi16(in_row, dst + c);
+      nonfinite |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, exponent), exponent);
+    }
+  }
+  return nonfinite == 0;
+}
+
+// Pᵀ (f32, [key][row], `rows` columns) as bf16 pairs of keys: ppack[k·rows + r] =
+// (P[r][2k], P[r][2k+1]) for k < kb2 = ceil(kb / 2); the key after an odd kb is 0 (st
+// may hold anything there), rounded to nearest even.
+HWY_INLINE void PackPPairs(const float* st, size_t rows, size_t kb, uint32_t* ppack) {
+  const size_t kb2 = (kb + 1) / 2;
+  for (size_t pr = 0; pr < kb2; ++pr)
+    for (size_t c = 0; c < rows; c += kBf16Lanes) {
+      const __m512 lo = _mm512_loadu_ps(st + 2 * pr * rows + c);
+      const __m512 hi =
+          2 * pr + 1 < kb ? _mm512_loadu_ps(st + (2 * pr + 1) * rows + c) : _mm512_setzero_ps();
+      _mm512_storeu_si512(ppack + pr * rows + c, PairF32(lo, hi));
+    }
+}
+
+}  // namespace
+}  // namespace flash::cpu::HWY_NAMESPACE

@@ -1,0 +1,427 @@
+// bf16 forward attention on AMX (tdpbf16ps: a 16 x 16 f32 tile += 16 x 32 bf16 times
+// 32 x 16 bf16), one work item; the amx target of the cpu backend.
+//
+// Algorithm: the forward of forward-inl.h (same Plan, items, passes, mask, online
+// softmax, whose helpers it calls) with both products on tiles, in the transposed
+// orientation of the other CPU kernels (keys and head_dim columns are tile rows, query
+// rows are tile columns), so the softmax stays column-wise on Sᵀ and P needs no
+// transposition:
+//   Sᵀ = K·Qᵀ     A = K rows as bf16 (pairs along head_dim are the words of a row),
+//                 B = Qᵀ as bf16 pairs along head_dim ([d/2][row], packed once per item),
+//                 C = Sᵀ tiles stored to the f32 score tile; scale·log2e is applied by
+//                 the softmax, so the inputs are used exactly.
+//   softmax       f32 AVX-512 (CapAndMask / OnlineSoftmax of forward-inl.h); P rounded
+//                 to bf16 (ties to even) as pairs of keys ([key/2][row]): the B
+//                 operand of P·V as it stands. l sums the unrounded P.
+//   Oᵀ += Vᵀ·Pᵀ   A = Vᵀ as pairs of keys per head_dim_v column ([c][key/2]; V is
+//                 repacked into it once per K/V tile and shared by the passes), B = P
+//                 pairs, C = Oᵀ (f32 [c][row], in memory between tiles): the rescale
+//                 α = 2^(m_old - m_new) multiplies Oᵀ's columns in AVX-512 before the
+//                 C tiles are loaded (skipped when every α of the pass is 1).
+//   Tiles are 16 x 64 bytes, configured once per item on the calling thread (tile state
+//   is per thread) and released at its end; 2 x 2 C tiles per block, so each A and B
+//   tile load feeds two products. Operands are zero-padded to whole tiles (keys to 32,
+//   head_dim to 32, pairs of keys to 16).
+//   Masks: a masked key has P = 0 exactly, so on a boundary tile the blocked P·V adds
+//   exact zeros — unless that key's V holds inf/NaN (0·NaN is NaN). Tiles whose V has a
+//   non-finite value (checked when V is packed) run P·V on boundary tiles over exactly
+//   the keys each row sees, in AVX-512 with a per-key lane mask of the rows that see it.
+// Tolerance class: as the avx512bf16 forward (forward_avx512bf16.cpp): inputs exact in
+// bf16, products exact in f32, f32 sums; P rounded to bf16 (relative 2^-9 per weight,
+// the rounding naive bf16 attention applies to P too): within 2x naive bf16 + eps
+// (cross-backend suite cpu_amx; tests/cpu/cpu_bf16_kernel_test.cpp). tdpbf16ps treats
+// denormals as zero and flushes denormal sums: P < 2^-126 counts as 0.
+// Measured: not yet on a machine with AMX (the dev machine has none); the device host
+// run is tests/cpu/device_cpu.sh. Details: backends/cpu/README.md.
+// Run: build/tests/cpu/flash_cpu_bf16_kernel_test (real tiles; skips without AMX),
+// build/tests/cpu/flash_cpu_amx_emulated_test (this file compiled with
+// FLASH_AMX_EMULATE: tiles emulated in scalar C++, runs wherever AVX512-BF16 does);
+// FLASH_CPU_TARGET=amx OMP_NUM_THREADS=16 build/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16/f32 8.
+//
+// Compiled like forward_avx512bf16.cpp (its header says why): Highway's AVX3 target
+// only, avx512bf16 added to the kernel region's attributes; the tile instructions are
+// inline asm (amx_tile_ops.h) and need no target flag. The CPUID / OS / permission
+// check runs in the HWY_ONCE part, compiled for the baseline.
+
+// clang-format off
+#undef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX2 | HWY_AVX3_DL)
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/forward_amx.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "backends/cpu/forward-inl.h"
+// clang-format on
+
+// Everything the kernel region includes, first included here, outside it: no inline
+// function shared with other files is compiled with AVX-512 attributes.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "backends/cpu/amx.h"
+#include "backends/cpu/convert.h"
+#include "backends/cpu/cpu_plan.h"
+#include "hwy/aligned_allocator.h"
+
+#if HWY_TARGET == HWY_AVX3
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+#include "backends/cpu/amx_tile_ops.h"
+#include "backends/cpu/avx512bf16_pack.h"
+namespace flash::cpu::HWY_NAMESPACE {
+namespace {
+
+using AT = AmxTiles;
+constexpr size_t kTileWords = AT::kWordsPerRow;             // f32 per C row, bf16 pairs per A row
+constexpr size_t kBlockRows = AT::kBlockM * AT::kTileRows;  // C rows per block
+constexpr size_t kBlockCols = AT::kBlockN * AT::kWordsPerRow;  // C columns per block
+// Tile indices: C(m, n) = m·kBlockN + n, A(m) = kFirstA + m, B(n) = kFirstB + n.
+constexpr int kC00 = 0, kC01 = 1, kC10 = AT::kBlockN, kC11 = AT::kBlockN + 1;
+constexpr int kA0 = AT::kFirstA, kA1 = AT::kFirstA + 1, kB0 = AT::kFirstB, kB1 = AT::kFirstB + 1;
+static_assert(AT::kBlockM == 2 && AT::kBlockN == 2, "TileBlock below is written for 2 x 2 C tiles");
+static_assert(Tiles::kLanes == kTileWords, "an AVX3 f32 vector is one C tile row");
+// The Plan is the avx512 target's: pass rows are whole C tile columns, and the keys of
+// a tile rounded up to whole S blocks still fit the score tile (Tiles::kKeys rows).
+static_assert(Tiles::kRowAlign % kTileWords == 0 && Tiles::kRows % kTileWords == 0,
+              "rows per pass vs C tile columns");
+static_assert(Tiles::kKeys % kBlockRows == 0, "a full K/V tile is whole 2 x 2 S blocks");
+constexpr size_t kHeadDimStep = 2 * AT::kPairsPerStep;  // head_dim elements per product step
+constexpr size_t kKeyPairStep = AT::kPairsPerStep;      // key pairs per P·V step
+
+// C (+)= Σ_s A(s)·B(s) for MB x NB C tiles (MB, NB <= 2), s < steps.
+// A(m, s) = a + m·16·lda + s·16 words (rows lda words apart), B(s, n) = b + s·16·ldb + n·16
+// (rows ldb words apart), C(m, n) = c + m·16·ldc + n·16 floats (rows ldc apart).
+// accumulate: C starts from memory, else from zero.
+template <size_t MB, size_t NB>
+HWY_INLINE void TileBlock(const uint32_t* a, size_t lda, const uint32_t* b, size_t ldb,
+                          size_t steps, float* c, size_t ldc, bool accumulate) {
+  const size_t sa = lda * 4, sb = ldb * 4, sc = ldc * 4;  // strides in bytes
+  // C tiles past the block's MB x NB are never addressed.
+  float* c01 = c + kTileWords;
+  float* c10 = c + (MB > 1 ? AT::kTileRows * ldc : 0);
+  float* c11 = c10 + kTileWords;
+  if (accumulate) {
+    amx::Load<kC00>(c, sc);
+    if (NB > 1) amx::Load<kC01>(c01, sc);
+    if (MB > 1) amx::Load<kC10>(c10, sc);
+    if (MB > 1 && NB > 1) amx::Load<kC11>(c11, sc);
+  } else {
+    amx::Zero<kC00>();
+    if (NB > 1) amx::Zero<kC01>();
+    if (MB > 1) amx::Zero<kC10>();
+    if (MB > 1 && NB > 1) amx::Zero<kC11>();
+  }
+  for (size_t s = 0; s < steps; ++s) {
+    const size_t ao = s * kTileWords, bo = s * AT::kPairsPerStep * ldb;
+    amx::Load<kA0>(a + ao, sa);
+    amx::Load<kB0>(b + bo, sb);
+    amx::DotBf16<kC00, kA0, kB0>();
+    if (NB > 1) {
+      amx::Load<kB1>(b + bo + kTileWords, sb);
+      amx::DotBf16<kC01, kA0, kB1>();
+    }
+    if (MB > 1) {
+      amx::Load<kA1>(a + AT::kTileRows * lda + ao, sa);
+      amx::DotBf16<kC10, kA1, kB0>();
+      if (NB > 1) amx::DotBf16<kC11, kA1, kB1>();
+    }
+  }
+  amx::Store<kC00>(c, sc);
+  if (NB > 1) amx::Store<kC01>(c01, sc);
+  if (MB > 1) amx::Store<kC10>(c10, sc);
+  if (MB > 1 && NB > 1) amx::Store<kC11>(c11, sc);
+}
+
+// C[M x N] (+)= A·B over `steps` tile steps, M and N multiples of 16, in 2 x 2 tile
+// blocks (1-tile edges where M or N is an odd number of tiles). Operand layout as in
+// TileBlock.
+HWY_INLINE void TileGemm(size_t M, size_t N, size_t steps, const uint32_t* a, size_t lda,
+                         const uint32_t* b, size_t ldb, float* c, size_t ldc, bool accumulate) {
+  for (size_t m = 0; m < M; m += kBlockRows) {
+    const bool two_m = m + kBlockRows <= M;
+    for (size_t n = 0; n < N; n += kBlockCols) {
+      const bool two_n = n + kBlockCols <= N;
+      const uint32_t* am = a + m * lda;
+      const uint32_t* bn = b + n;
+      float* cmn = c + m * ldc + n;
+      if (two_m && two_n)
+        TileBlock<2, 2>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
+      else if (two_m)
+        TileBlock<2, 1>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
+      else if (two_n)
+        TileBlock<1, 2>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
+      else
+        TileBlock<1, 1>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
+    }
+  }
+}
+
+// Transposes a 16 x 16 matrix of 32-bit words held as 16 rows (x[i] = row i).
+HWY_INLINE void Transpose16x16(__m512i x[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // pairs of rows: 32-bit interleave per 128-bit block
+    t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // groups of 4 rows: block b of x[i + k] = column 4b + k
+    x[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    x[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    x[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    x[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {  // gather block b of the 4 groups into column 4b + k
+    const __m512i v0 = _mm512_shuffle_i32x4(x[k], x[4 + k], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(x[k], x[4 + k], 0xee);
+    const __m512i v2 = _mm512_shuffle_i32x4(x[8 + k], x[12 + k], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(x[8 + k], x[12 + k], 0xee);
+    t[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    t[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) x[i] = t[i];
+}
+
+// Vᵀ as pairs of keys per column: vt[c·kb2p + k] = (V[2k][c], V[2k+1][c]) for c <
+// dv_pad, k < kb2p (both multiples of 16). vrows: 2·kb2p rows of dv_pad bf16.
+HWY_INLINE void PackVPairsTransposed(const uint16_t* vrows, size_t dv_pad, size_t kb2p,
+                                     uint32_t* vt) {
+  for (size_t k0 = 0; k0 < kb2p; k0 += kTileWords)
+    for (size_t c0 = 0; c0 < dv_pad; c0 += kTileWords) {
+      __m512i x[kTileWords];
+      for (size_t k = 0; k < kTileWords; ++k) {
+        const uint16_t* lo = vrows + 2 * (k0 + k) * dv_pad + c0;
+        x[k] = PairRows(lo, lo + dv_pad);  // x[k][c] = (V[2(k0+k)][c0+c], V[..+1][c0+c])
+      }
+      Transpose16x16(x);
+      for (size_t c = 0; c < kTileWords; ++c) _mm512_storeu_si512(vt + (c0 + c) * kb2p + k0, x[c]);
+    }
+}
+
+// Oᵀ columns [0, rows) times α (ot: row stride ld); nothing when every α is 1.
+HWY_INLINE void RescaleColumns(float* ot, size_t ld, size_t dv_pad, const float* alpha,
+                               size_t rows) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __mmask16 moved = 0;
+  for (size_t r = 0; r < rows; r += kTileWords)
+    moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(alpha + r), one, _CMP_NEQ_UQ);
+  if (moved == 0) return;
+  for (size_t r = 0; r < rows; r += kTileWords) {
+    const __m512 a = _mm512_loadu_ps(alpha + r);
+    for (size_t c = 0; c < dv_pad; ++c)
+      _mm512_storeu_ps(ot + c * ld + r, _mm512_mul_ps(_mm512_loadu_ps(ot + c * ld + r), a));
+  }
+}
+
+// Oᵀ += Vᵀ·Pᵀ over exactly the keys each row sees (boundary tiles whose V holds inf or
+// NaN): lanes are query rows, and key j's products reach only the lanes of rows that
+// see it. st: P in f32 ([key][row], `rows` columns); ot: row stride ld.
+HWY_INLINE void ExactKeysPv(const float* st, size_t rows, size_t kb, const float* lo_rel,
+                            const float* hi_rel, const uint16_t* vrows, size_t dv_pad, float* ot,
+                            size_t ld) {
+  for (size_t r = 0; r < rows; r += kTileWords) {
+    const __m512 lo = _mm512_loadu_ps(lo_rel + r), hi = _mm512_loadu_ps(hi_rel + r);
+    for (size_t j = 0; j < kb; ++j) {
+      const __m512 jv = _mm512_set1_ps(static_cast<float>(j));
+      const __mmask16 sees =
+          _mm512_cmp_ps_mask(jv, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(jv, hi, _CMP_LE_OQ);
+      if (sees == 0) continue;
+      const __m512 pj = _mm512_loadu_ps(st + j * rows + r);
+      const uint16_t* vj = vrows + j * dv_pad;
+      for (size_t c = 0; c < dv_pad; ++c) {
+        float* o = ot + c * ld + r;
+        const __m512 v = _mm512_set1_ps(Bf16ToF32(vj[c]));
+        _mm512_storeu_ps(o, _mm512_mask3_fmadd_ps(pj, v, _mm512_loadu_ps(o), sees));
+      }
+    }
+  }
+}
+
+void ForwardItemAmx(const Plan& plan, int64_t item) {
+  const flash_problem& p = *plan.a.p;
+  int64_t b, hkv, qb;
+  plan.decode_q_item(item, b, hkv, qb);
+  const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
+  const size_t d2p = RoundUpTo(D, kHeadDimStep) / 2;  // head_dim pairs, whole product steps
+  const size_t K = Tiles::kKeys;
+  const size_t R = static_cast<size_t>(plan.item_rows);
+  const size_t RP = std::min(R, Tiles::kRows);  // rows per pass over a K/V tile
+  const size_t dv_pad = RoundUpTo(Dv, kTileWords);
+  const size_t kb2p_max = RoundUpTo(K / 2, kKeyPairStep);
+
+  Workspace& ws = Workspace::ForThisThread();
+  ws.reset(Workspace::RoundUp(K * RP) + Workspace::RoundUp(R * dv_pad) + 5 * Workspace::RoundUp(R) +
+           Workspace::RoundUp(Dv));
+  float* st = ws.take(K * RP);
+  float* ot = ws.take(R * dv_pad);  // Oᵀ: [c][row], row stride R
+  float* m = ws.take(R);
+  float* l = ws.take(R);
+  float* alpha = ws.take(R);
+  float* lo_rel = ws.take(R);
+  float* hi_rel = ws.take(R);
+  float* row_buf = ws.take(Dv);
+  static thread_local PackBuffers packs;
+  const size_t pack_words = Workspace::RoundUp(d2p * R) + Workspace::RoundUp(K * d2p) +
+                            Workspace::RoundUp(dv_pad * kb2p_max) +
+                            Workspace::RoundUp(kb2p_max * RP) +
+                            Workspace::RoundUp(kb2p_max * dv_pad) + Workspace::RoundUp(d2p);
+  uint32_t* qpack = packs.Reset(pack_words);
+#if defined(FLASH_AMX_EMULATE)
+  // Test build: every scratch word starts as NaN, so a product that reads a word this
+  // item did not write (padding left unset, a stale tile) fails the oracle comparison.
+  std::memset(qpack, 0xff, pack_words * sizeof(uint32_t));
+  std::memset(st, 0xff, K * RP * sizeof(float));
+#endif
+  uint32_t* kpack = qpack + Workspace::RoundUp(d2p * R);
+  uint32_t* vt = kpack + Workspace::RoundUp(K * d2p);
+  uint32_t* ppack = vt + Workspace::RoundUp(dv_pad * kb2p_max);
+  uint16_t* vrows = reinterpret_cast<uint16_t*>(ppack + Workspace::RoundUp(kb2p_max * RP));
+  uint16_t* row16 = vrows + 2 * Workspace::RoundUp(kb2p_max * dv_pad);
+  const size_t n_passes = (R + RP - 1) / RP;
+  int64_t* row_index = ws.index(R + 2 * n_passes);
+  int64_t* pass_i = row_index + R;  // per pass: i_min, i_max
+
+  StackedRows(plan, qb, row_index);
+  const int64_t i_first = qb * plan.rows_per_head;
+  const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
+  PackQPairs(plan, b, hkv, row_index, R, d2p, row16, qpack);
+  std::fill(ot, ot + R * dv_pad, 0.0f);
+  std::fill(m, m + R, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + R, 0.0f);
+  // Softcap works on scale·S and leaves log2 units; otherwise the softmax applies
+  // scale·log2e to the raw products.
+  const float softmax_scale = p.softcap > 0 ? 1.0f : p.scale * kLog2e;
+  PassRanges(row_index, R, RP, pass_i);
+
+  static constexpr AmxTileConfig kConfig = AmxFullTiles();
+  amx::Configure(kConfig);
+  const MaskRule& mask = plan.mask;
+  const int64_t j_begin = mask.lo(i_first), j_end = mask.hi(i_last);  // inclusive
+  for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
+    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
+    const size_t kb2p = RoundUpTo((kb + 1) / 2, kKeyPairStep);
+    const size_t k_rows = RoundUpTo(kb, AT::kTileRows);  // S tiles: whole tiles of keys
+    const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
+    PackKRows(plan, b, hkv, j0, kb, k_rows, d2p, kpack);
+    const bool v_finite = PackVRows<true>(plan, b, hkv, j0, kb, 2 * kb2p, dv_pad, vrows);
+    PackVPairsTransposed(vrows, dv_pad, kb2p, vt);
+    const int64_t j_next = j0 + kPrefetchTiles * static_cast<int64_t>(K);
+    if (j_next <= j_end) {
+      const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
+      PrefetchRows(At(plan.a.k, p.dtype, p.k_stride, b, j_next, hkv), p.k_stride[1] * 2, next,
+                   D * 2);
+      PrefetchRows(At(plan.a.v, p.dtype, p.v_stride, b, j_next, hkv), p.v_stride[1] * 2, next,
+                   Dv * 2);
+    }
+
+    for (size_t pi = 0; pi < n_passes; ++pi) {
+      const int64_t i_min = pass_i[2 * pi], i_max = pass_i[2 * pi + 1];
+      if (i_min > i_max || !mask.any(i_min, i_max, j0, j_last)) continue;
+      const bool boundary = !mask.all(i_min, i_max, j0, j_last);
+      const size_t r0 = pi * RP, rows = std::min(RP, R - r0);
+      TileGemm(k_rows, rows, d2p / AT::kPairsPerStep, kpack, d2p, qpack + r0, R, st, rows,
+               /*accumulate=*/false);
+      if (boundary) TileIntervals(mask, row_index + r0, rows, j0, kb, lo_rel + r0, hi_rel + r0);
+      if (boundary || p.softcap > 0)
+        CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0, p.scale);
+      OnlineSoftmax(st, rows, kb, m + r0, l + r0, alpha + r0, softmax_scale);
+      const size_t kb2 = (kb + 1) / 2;
+      PackPPairs(st, rows, kb, ppack);
+      std::fill(ppack + kb2 * rows, ppack + kb2p * rows, 0u);  // pairs past the tile
+      float* ot_pass = ot + r0;
+      RescaleColumns(ot_pass, R, dv_pad, alpha + r0, rows);
+      if (boundary && !v_finite)
+        ExactKeysPv(st, rows, kb, lo_rel + r0, hi_rel + r0, vrows, dv_pad, ot_pass, R);
+      else
+        TileGemm(dv_pad, rows, kb2p / AT::kPairsPerStep, vt, kb2p, ppack, rows, ot_pass, R,
+                 /*accumulate=*/true);
+    }
+  }
+  amx::Release();
+
+  StoreItemRows(plan, b, hkv, row_index, ot, /*row_stride=*/1, /*col_stride=*/R, m, l, row_buf);
+}
+
+}  // namespace
+// The entry point the HWY_ONCE part hands out (external linkage, unique name).
+void AmxForwardItemImpl(const Plan& plan, int64_t item) { ForwardItemAmx(plan, item); }
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_POP_ATTRIBUTES
+#endif  // HWY_TARGET == HWY_AVX3
+
+#if HWY_ONCE
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#endif
+
+namespace flash::cpu {
+namespace {
+
+#if (HWY_TARGETS & HWY_AVX3) && !defined(FLASH_AMX_EMULATE)
+constexpr unsigned kAmxBf16Bit = 22, kAmxTileBit = 24;  // CPUID.(EAX=7,ECX=0):EDX
+constexpr unsigned kOsxsaveBit = 27;                    // CPUID.(EAX=1):ECX
+constexpr uint64_t kXcr0Tiles = (uint64_t{1} << 17) | (uint64_t{1} << 18);  // XTILECFG, XTILEDATA
+constexpr long kArchReqXcompPerm = 0x1023;  // <asm/prctl.h> ARCH_REQ_XCOMP_PERM
+constexpr long kXfeatureXtiledata = 18;     // the XSAVE feature number of tile data
+
+uint64_t Xcr0() {
+  uint32_t lo, hi;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+
+// What is missing for the AMX kernel, checked once per process: the CPU features, the
+// OS saving tile state, and (Linux) this process's permission to use tile data.
+std::string ProbeAmx() {
+  const std::string base = Avx512Bf16Missing();
+  if (!base.empty()) return base;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << kAmxTileBit)) &&
+                   (edx & (1u << kAmxBf16Bit));
+  if (!amx) return "AMX-TILE and AMX-BF16 (amx_tile amx_bf16: CPUID.(EAX=7 ECX=0):EDX[24] EDX[22])";
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << kOsxsaveBit)) ||
+      (Xcr0() & kXcr0Tiles) != kXcr0Tiles)
+    return "OS support for AMX tile state (XCR0[17] XCR0[18])";
+#if defined(__linux__)
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
+    return std::string("Linux permission to use AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+           std::strerror(errno) + ")";
+#endif
+  return "";
+}
+#endif
+
+}  // namespace
+
+std::string AmxMissing() {
+#if !(HWY_TARGETS & HWY_AVX3)
+  return "a compiler with AVX-512 (this build has no AVX3 code)";
+#elif defined(FLASH_AMX_EMULATE)
+  return Avx512Bf16Missing();  // tiles emulated in scalar code; the rest is AVX512-BF16
+#else
+  static const std::string missing = ProbeAmx();  // thread-safe, once per process
+  return missing;
+#endif
+}
+
+ForwardItemFn AmxForwardItem() {
+#if HWY_TARGETS & HWY_AVX3
+  return &N_AVX3::AmxForwardItemImpl;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace flash::cpu
+#endif  // HWY_ONCE
