@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# One device call for the CPU backend's bf16 targets (issue 17) on the device host
+# (16-core Xeon with AVX-512, AVX512-BF16 and AMX-BF16; Ubuntu 24.04, no internet):
+#   build    cpu-only build in build-cpu/ (not build-device/: the GPU scripts keep theirs),
+#            Highway / Google Benchmark from .carry/ as .ci/device_build.sh passes them
+#   tests    flash_cpu_target_test, flash_cpu_bf16_kernel_test (amx on real tiles and
+#            avx512bf16 vs the fp64 oracle), flash_cpu_amx_emulated_test
+#   suite    cross-backend suite for cpu with FLASH_CPU_TARGET=amx and =avx512bf16
+#            (forward, backward and inference cases of those targets)
+#   speed    bf16 forward (amx, avx512bf16) and f32 forward on 16 threads beside torch's
+#            CPU SDPA (bench/compare_torch.py --device cpu), D = 64/128, S = 1k/4k,
+#            causal and not; then the bf16 amx / avx512bf16 / f32 alternation of
+#            flash_cpu_speed at B=1 H=8 S=2048 D=128
+#   table    one table of the ratios to torch (from the compare_torch JSON files)
+# Each step has a time limit; the whole script stays under 8 minutes. Logs under $OUT.
+# Usage (device, repo root, carry [".carry"]): bash tests/cpu/device_cpu.sh
+#   STEPS="build tests suite speed table" (default: all), THREADS=16, BUILD_DIR=build-cpu.
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-build tests suite speed table}
+THREADS=${THREADS:-16}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+root=$(pwd)
+b=${BUILD_DIR:-build-cpu}
+export CMAKE_PREFIX_PATH="$root/.carry/hwy/usr:$root/.carry/benchmark/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export LD_LIBRARY_PATH="$root/.carry/hwy/usr/lib/x86_64-linux-gnu:$root/.carry/benchmark/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+start_all=$(date +%s)
+elapsed() { echo "$(($(date +%s) - start_all)) s"; }
+
+{
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  grep -m1 "model name" /proc/cpuinfo
+  echo "cores: $(nproc); flags: $(grep -m1 -o -w -E 'avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  uname -r
+} | tee "$OUT/machine.txt"
+
+if has build; then
+  t0=$(date +%s)
+  targets="flashattn_tests flash_cpu_target_test flash_cpu_bf16_kernel_test flash_cpu_amx_emulated_test flash_cpu_speed flashattn-compare"
+  (cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=OFF \
+     -DFLASHATTN_HIP=OFF -DFLASHATTN_TESTS=ON -DFLASHATTN_BENCH=ON &&
+    timeout 300 cmake --build $b -j"$(nproc)" --target $targets -- -k 0) > "$OUT/build.log" 2>&1
+  echo "build rc=$? in $(($(date +%s) - t0)) s"
+  grep -E "error|FAILED" "$OUT/build.log" | head -20
+fi
+
+if has tests; then
+  t0=$(date +%s)
+  $b/tests/cpu/flash_cpu_speed 1 1 64 64 bf16 1 2>&1 | head -1 | tee "$OUT/probe.txt"
+  timeout 60 $b/tests/cpu/flash_cpu_target_test > "$OUT/target_test.log" 2>&1
+  echo "flash_cpu_target_test rc=$?"
+  # The oracle runs single-threaded in each: the two binaries side by side.
+  timeout 150 $b/tests/cpu/flash_cpu_bf16_kernel_test > "$OUT/bf16_kernel_test.log" 2>&1 &
+  real=$!
+  timeout 150 $b/tests/cpu/flash_cpu_amx_emulated_test > "$OUT/amx_emulated_test.log" 2>&1 &
+  emulated=$!
+  wait $real
+  echo "flash_cpu_bf16_kernel_test rc=$?"
+  wait $emulated
+  echo "flash_cpu_amx_emulated_test rc=$?"
+  for log in target_test bf16_kernel_test amx_emulated_test; do
+    echo "$log: $(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]" "$OUT/$log.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] [A-Z]" "$OUT/$log.log" | sort -u | head -10
+  done
+  grep -h -m1 "unavailable" "$OUT"/bf16_kernel_test.log "$OUT"/amx_emulated_test.log
+  echo "tests: $(($(date +%s) - t0)) s"
+fi
+
+if has suite; then
+  t0=$(date +%s)
+  declare -A pids
+  for target in amx avx512bf16; do
+    FLASH_CPU_TARGET=$target timeout 200 $b/tests/flashattn_tests \
+      --gtest_filter="All/Forward.*/cpu_${target}_*:All/Backward.*/cpu_${target}_*:Inference/*cpu_${target}" \
+      > "$OUT/suite_$target.log" 2>&1 &
+    pids[$target]=$!
+  done
+  for target in amx avx512bf16; do
+    wait ${pids[$target]}
+    echo "suite $target rc=$?"
+  done
+  for target in amx avx512bf16; do
+    echo "$target: $(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]" "$OUT/suite_$target.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] [A-Z]" "$OUT/suite_$target.log" | sort -u | head -10
+    grep -h -m1 "unavailable" "$OUT/suite_$target.log"
+  done
+  echo "suite: $(($(date +%s) - t0)) s"
+fi
+
+if has speed; then
+  t0=$(date +%s)
+  # name, dtype, FLASH_CPU_TARGET ("" = the default: avx512 for f32)
+  for run in "bf16_amx bf16 amx" "bf16_avx512bf16 bf16 avx512bf16" "f32 f32 "; do
+    set -- $run
+    name=$1 dtype=$2 target=${3:-}
+    # The kernel that will run (FLASH_LOG), from one small call.
+    FLASH_CPU_TARGET=$target FLASH_LOG=1 $b/bench/flashattn-compare --backends cpu --dtype "$dtype" \
+      --seqlen 256 --iters 1 --check-budget 0.001 2>&1 | grep -m1 -o "forward on cpu (kernel [^)]*)"
+    FLASH_CPU_TARGET=$target PYTHONUNBUFFERED=1 timeout 120 python3 bench/compare_torch.py \
+      --compare $b/bench/flashattn-compare --device cpu --dtype "$dtype" --head-dim 64 128 \
+      --seqlen 1024 4096 --causal both --threads "$THREADS" --iters 5 \
+      --json "$OUT/torch_$name.json" > "$OUT/torch_$name.md" 2> "$OUT/torch_$name.err"
+    echo "compare_torch $name rc=$? ($(elapsed))"
+    tail -10 "$OUT/torch_$name.md"
+  done
+  # Our kernels against each other, alternating in one process (no torch).
+  OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16@amx/bf16@avx512bf16 4 \
+    > "$OUT/speed_amx_vs_avx512bf16.log" 2>&1
+  OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16@amx/f32 4 \
+    > "$OUT/speed_amx_vs_f32.log" 2>&1
+  for log in "$OUT"/speed_*.log; do
+    echo "$(basename "$log"):"
+    grep -E "median|FLASH_CPU_TARGET|Error|error" "$log" | head -4
+  done
+  echo "speed: $(($(date +%s) - t0)) s"
+fi
+
+if has table; then
+  python3 - "$OUT" <<'EOF' | tee "$OUT/table.md"
+import json, os, sys
+out = sys.argv[1]
+runs = [("bf16 amx", "torch_bf16_amx.json"), ("bf16 avx512bf16", "torch_bf16_avx512bf16.json"),
+        ("f32", "torch_f32.json")]
+rows = {}
+for name, path in runs:
+    try:
+        with open(os.path.join(out, path)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        continue
+    for r in data["rows"]:
+        key = (r["head_dim"], r["seqlen"], r["causal"])
+        mine, torch_cpu = r["ours"], r.get("cpu", {})
+        timed = "tflops" in mine and "tflops" in torch_cpu
+        cell = (f"{mine['tflops']:.2f} / {torch_cpu['tflops']:.2f} = {mine['tflops'] / torch_cpu['tflops']:.2f}"
+                if timed else "-")
+        if mine.get("status") != "ok":  # e.g. outside the tolerance: still timed
+            cell += f" ({mine.get('status', '?')[:30]})"
+        rows.setdefault(key, {})[name] = cell
+print("forward, ours / torch CPU SDPA TFLOP/s = ratio, B=1 H=16, threads as run")
+print("| D | S | causal | " + " | ".join(n for n, _ in runs) + " |")
+print("|---|---|---|" + "---|" * len(runs))
+for key in sorted(rows):
+    d, s, c = key
+    print(f"| {d} | {s} | {'yes' if c else 'no'} | " +
+          " | ".join(rows[key].get(n, "-") for n, _ in runs) + " |")
+EOF
+fi
+echo "total: $(elapsed)"
