@@ -43,9 +43,17 @@ inline const char* Avx512Bf16Declines(const flash_problem& p) {
 // /proc/cpuinfo and CPUID name it).
 std::string Avx512Bf16Missing();
 
-// The forward work item (same Plan and tiles as the avx512 Highway target), or nullptr
-// when this build compiled no AVX-512 code.
-using ForwardItemFn = void (*)(const Plan&, int64_t item);
+// A work item of a Plan (same Plan and tiles as the avx512 Highway target).
+using ItemFn = void (*)(const Plan&, int64_t item);
+using ForwardItemFn = ItemFn;
+
+// The forward work item, or nullptr when this build compiled no AVX-512 code.
 ForwardItemFn Avx512Bf16ForwardItem();
+
+// The backward's dK/dV and dQ work items on vdpbf16ps (backward_avx512bf16.cpp; the
+// delta pass stays on the avx512 kernels), or nullptr without AVX-512 code. They take
+// the problems Avx512Bf16Declines() accepts; the amx target runs them too.
+ItemFn Avx512Bf16BackwardKvItem();
+ItemFn Avx512Bf16BackwardQItem();
 
 }  // namespace flash::cpu

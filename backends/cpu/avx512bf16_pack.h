@@ -88,22 +88,49 @@ struct PackBuffers {
   }
 };
 
-// Qᵀ of an item's stacked rows as bf16 pairs along head_dim: qpack[k·R + r] =
-// (Q[r][2k], Q[r][2k+1]) for k < d2_pad (pairs past head_dim and padding rows are 0).
-// row16: scratch of 2·d2_pad bf16.
-HWY_INLINE void PackQPairs(const Plan& plan, int64_t b, int64_t hkv, const int64_t* row_index,
-                           size_t R, size_t d2_pad, uint16_t* row16, uint32_t* qpack) {
+// The stacked rows of an item (row r: query position row_index[r], -1 for padding, of
+// head hkv·group + r / rows_per_head) of q or dO (tensor `base`, `width` elements per
+// row) as bf16 pairs along the row, transposed: out[k·R + r] = (X[r][2k], X[r][2k+1])
+// for k < w2_pad (pairs past the width and padding rows are 0). row16: scratch of
+// 2·w2_pad bf16.
+HWY_INLINE void PackStackedPairs(const Plan& plan, const void* base, const int64_t* stride,
+                                 size_t width, int64_t b, int64_t hkv, const int64_t* row_index,
+                                 size_t R, size_t w2_pad, uint16_t* row16, uint32_t* out) {
   const flash_problem& p = *plan.a.p;
-  const size_t D = static_cast<size_t>(p.head_dim);
   for (size_t r = 0; r < R; ++r) {
     if (row_index[r] < 0) {
-      for (size_t k = 0; k < d2_pad; ++k) qpack[k * R + r] = 0;
+      for (size_t k = 0; k < w2_pad; ++k) out[k * R + r] = 0;
       continue;
     }
     const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
-    RowToBf16(p.dtype, At(plan.a.q, p.dtype, p.q_stride, b, row_index[r], h), D, 2 * d2_pad, row16);
-    for (size_t k = 0; k < d2_pad; ++k)
-      qpack[k * R + r] = uint32_t{row16[2 * k]} | uint32_t{row16[2 * k + 1]} << 16;
+    RowToBf16(p.dtype, At(base, p.dtype, stride, b, row_index[r], h), width, 2 * w2_pad, row16);
+    for (size_t k = 0; k < w2_pad; ++k)
+      out[k * R + r] = uint32_t{row16[2 * k]} | uint32_t{row16[2 * k + 1]} << 16;
+  }
+}
+
+// Qᵀ of an item's stacked rows as bf16 pairs along head_dim: qpack[k·R + r] =
+// (Q[r][2k], Q[r][2k+1]) for k < d2_pad.
+HWY_INLINE void PackQPairs(const Plan& plan, int64_t b, int64_t hkv, const int64_t* row_index,
+                           size_t R, size_t d2_pad, uint16_t* row16, uint32_t* qpack) {
+  const flash_problem& p = *plan.a.p;
+  PackStackedPairs(plan, plan.a.q, p.q_stride, static_cast<size_t>(p.head_dim), b, hkv, row_index,
+                   R, d2_pad, row16, qpack);
+}
+
+// Rows [s0, s0 + n) of head h of a strided [b, s, h, d] tensor as bf16 rows of
+// row_elems elements (the first `width` from the tensor, the rest 0); rows [n, n_pad)
+// zero.
+HWY_INLINE void PackRowsBf16(int32_t dtype, const void* base, const int64_t* stride, int64_t b,
+                             int64_t h, int64_t s0, size_t n, size_t n_pad, size_t width,
+                             size_t row_elems, uint16_t* out) {
+  for (size_t j = 0; j < n_pad; ++j) {
+    uint16_t* dst = out + j * row_elems;
+    if (j < n)
+      RowToBf16(dtype, At(base, dtype, stride, b, s0 + static_cast<int64_t>(j), h), width,
+                row_elems, dst);
+    else
+      std::fill(dst, dst + row_elems, uint16_t{0});
   }
 }
 
@@ -112,15 +139,8 @@ HWY_INLINE void PackQPairs(const Plan& plan, int64_t b, int64_t hkv, const int64
 HWY_INLINE void PackKRows(const Plan& plan, int64_t b, int64_t hkv, int64_t j0, size_t kb,
                           size_t k_rows, size_t d2_pad, uint32_t* kpack) {
   const flash_problem& p = *plan.a.p;
-  const size_t D = static_cast<size_t>(p.head_dim);
-  for (size_t j = 0; j < k_rows; ++j) {
-    uint16_t* dst = reinterpret_cast<uint16_t*>(kpack + j * d2_pad);
-    if (j < kb)
-      RowToBf16(p.dtype, At(plan.a.k, p.dtype, p.k_stride, b, j0 + static_cast<int64_t>(j), hkv), D,
-                2 * d2_pad, dst);
-    else
-      std::fill(dst, dst + 2 * d2_pad, uint16_t{0});
-  }
+  PackRowsBf16(p.dtype, plan.a.k, p.k_stride, b, hkv, j0, kb, k_rows,
+               static_cast<size_t>(p.head_dim), 2 * d2_pad, reinterpret_cast<uint16_t*>(kpack));
 }
 
 // V rows [j0, j0 + kb) as bf16 rows of dv_pad elements (row stride dv_pad), rows

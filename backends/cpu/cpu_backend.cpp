@@ -111,7 +111,14 @@ struct CpuBackend {
   static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
-    const TargetKernels& t = SelectTarget();
+    const TargetKernels& selected = SelectTarget();
+    // The vdpbf16ps backward shares the avx512 target's Plan: only the dK/dV and dQ
+    // item functions differ.
+    TargetKernels t = selected;
+    if (Decide(p, FLASH_BACKWARD, selected).path == Path::kBf16Tiles) {
+      t.backward_kv_item = t.bf16_backward_kv_item;
+      t.backward_q_item = t.bf16_backward_q_item;
+    }
     if (detail::has_sequence_arrays(p))
       return BackwardSequences(t, p, q, k, v, o, dout, lse, dq, dk, dv);
     // Dᵢ per query row: O(batch·heads·seqlen_q), like lse (the backward is allowed
@@ -184,8 +191,8 @@ struct CpuBackend {
   // decode kernel has no partial vectors); it reads paged caches in place.
   // amx / avx512bf16: a prefill forward that Avx512Bf16Declines() accepts (bf16, any
   // head dims) runs the target's own kernel (cpu.fwd.amx.* on tiles, cpu.fwd.avx512bf16.*
-  // on vdpbf16ps); f32, f16, decode and the backward run the avx512 Highway kernels and
-  // are named so (cpu.*.avx512.*).
+  // on vdpbf16ps) and such a backward the vdpbf16ps one on both (cpu.bwd.avx512bf16.*);
+  // f32, f16 and decode run the avx512 Highway kernels and are named so (cpu.*.avx512.*).
   static Decision Decide(const flash_problem& p, int direction, const TargetKernels& t) {
     if (direction == FLASH_MERGE)
       return {Path::kMerge, std::string("cpu.merge.") + DTypeName(p.dtype)};
@@ -196,14 +203,16 @@ struct CpuBackend {
     const bool decode = direction == FLASH_FORWARD && pairs &&
                         p.seqlen_q * (p.heads_q / p.heads_kv) <= kDecodeMaxRows &&
                         p.seqlen_kv >= kDecodeMinKeys;
-    const bool bf16 = t.bf16_forward_item && direction == FLASH_FORWARD && !decode &&
-                      Avx512Bf16Declines(p) == nullptr;
+    const bool bf16_ok = Avx512Bf16Declines(p) == nullptr;
+    const bool bf16_fwd = t.bf16_forward_item && direction == FLASH_FORWARD && !decode && bf16_ok;
+    const bool bf16_bwd = t.bf16_backward_kv_item && direction == FLASH_BACKWARD && bf16_ok;
+    const bool bf16 = bf16_fwd || bf16_bwd;
+    const char* simd = bf16_fwd ? t.name : bf16_bwd ? t.bf16_backward_name : t.highway_name;
     std::string kernel = std::string("cpu.") +
                          (decode                        ? "decode."
                           : direction == FLASH_BACKWARD ? "bwd."
                                                         : "fwd.") +
-                         (bf16 ? t.name : t.highway_name) + "." + DTypeName(p.dtype) + ".d" +
-                         std::to_string(p.head_dim);
+                         simd + "." + DTypeName(p.dtype) + ".d" + std::to_string(p.head_dim);
     if (p.head_dim_v != p.head_dim) kernel += "v" + std::to_string(p.head_dim_v);
     // The bf16 kernel pads head dims to whole pairs / vectors: no separate tail variant.
     if (!vec && !bf16) kernel += ".tail";

@@ -57,17 +57,18 @@
 #include <limits>
 
 #include "backends/cpu/avx512bf16.h"
+#include "backends/cpu/convert.h"
 #include "backends/cpu/cpu_plan.h"
+#include "hwy/aligned_allocator.h"
 
 #if HWY_TARGET == HWY_AVX3
 // HWY_BEFORE_NAMESPACE() with avx512bf16 added (GCC: push_options + target pragma;
 // clang: attribute push), for the functions of this region only.
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
-#include "backends/cpu/avx512bf16_pack.h"
+#include "backends/cpu/avx512bf16_microkernel.h"
 namespace flash::cpu::HWY_NAMESPACE {
 namespace {
 
-using BT = Bf16Tiles;
 static_assert(Tiles::kLanes == BT::kLanes, "AVX3 vectors are 16 f32 lanes");
 // The Plan is the avx512 target's: pass rows must fill whole QK column blocks and PV
 // row blocks, tiles whole QK key blocks.
@@ -75,108 +76,24 @@ static_assert(Tiles::kRowAlign % (BT::kQkNR * BT::kLanes) == 0, "rows per pass v
 static_assert(Tiles::kRowAlign % BT::kPvMR == 0, "rows per pass vs PV block");
 static_assert(Tiles::kRows % Tiles::kRowAlign == 0 && Tiles::kKeys % BT::kQkMR == 0,
               "tile vs micro-tile");
-constexpr size_t kPanel = BT::kPvNR * BT::kLanes;  // V panel width (columns)
-
-// Sᵀ[j][r] = scale · Σ_d K[j][d]·Q[r][d] for MR keys and NR vectors of rows.
-// kp: K rows (d2 pairs each, row stride d2), qp: Qᵀ pairs at column r0 (row stride R).
-template <size_t MR, size_t NR>
-HWY_INLINE void QkBlock(const uint32_t* HWY_RESTRICT kp, const uint32_t* HWY_RESTRICT qp, size_t d2,
-                        size_t R, float scale, float* HWY_RESTRICT st, size_t ld_st) {
-  __m512 acc[MR][NR];
-  for (size_t i = 0; i < MR; ++i)
-    for (size_t n = 0; n < NR; ++n) acc[i][n] = _mm512_setzero_ps();
-  for (size_t p = 0; p < d2; ++p) {
-    __m512bh q[NR];
-    for (size_t n = 0; n < NR; ++n) q[n] = (__m512bh)_mm512_loadu_si512(qp + p * R + n * 16);
-    for (size_t i = 0; i < MR; ++i) {
-      const __m512bh k = (__m512bh)_mm512_set1_epi32(static_cast<int>(kp[i * d2 + p]));
-      for (size_t n = 0; n < NR; ++n) acc[i][n] = _mm512_dpbf16_ps(acc[i][n], k, q[n]);
-    }
-  }
-  const __m512 s = _mm512_set1_ps(scale);
-  for (size_t i = 0; i < MR; ++i)
-    for (size_t n = 0; n < NR; ++n)
-      _mm512_storeu_ps(st + i * ld_st + n * 16, _mm512_mul_ps(acc[i][n], s));
-}
-
-// O[i][c] (+)= Σ_pairs P[i][2p..2p+1]·V[2p..2p+1][c] for MR rows and NR vectors of one
-// V panel. pp: P pairs of row 0 at the first pair (pair stride ld_p), vp: V panel at
-// the first pair (pair stride w). alpha: per-row scale of O before accumulating, or
-// null. kMasked: V pairs ANDed with vmask (one key of a pair, the other zeroed).
-template <size_t MR, size_t NR, bool kMasked = false>
-HWY_INLINE void PvBlock(const uint32_t* HWY_RESTRICT pp, size_t ld_p,
-                        const uint32_t* HWY_RESTRICT vp, size_t w, size_t pairs, float* o,
-                        size_t ld_o, const float* alpha, __m512i vmask = _mm512_set1_epi32(-1)) {
-  __m512 acc[MR][NR];
-  for (size_t i = 0; i < MR; ++i) {
-    const __m512 a = _mm512_set1_ps(alpha ? alpha[i] : 1.0f);
-    for (size_t n = 0; n < NR; ++n) {
-      acc[i][n] = _mm512_loadu_ps(o + i * ld_o + n * 16);
-      if (alpha) acc[i][n] = _mm512_mul_ps(acc[i][n], a);
-    }
-  }
-  for (size_t p = 0; p < pairs; ++p) {
-    __m512bh v[NR];
-    for (size_t n = 0; n < NR; ++n) {
-      __m512i x = _mm512_loadu_si512(vp + p * w + n * 16);
-      if (kMasked) x = _mm512_and_si512(x, vmask);
-      v[n] = (__m512bh)x;
-    }
-    for (size_t i = 0; i < MR; ++i) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(pp[p * ld_p + i]));
-      for (size_t n = 0; n < NR; ++n) acc[i][n] = _mm512_dpbf16_ps(acc[i][n], a, v[n]);
-    }
-  }
-  for (size_t i = 0; i < MR; ++i)
-    for (size_t n = 0; n < NR; ++n) _mm512_storeu_ps(o + i * ld_o + n * 16, acc[i][n]);
-}
-
-// P·V over pairs [p0, p0 + pairs) for MR rows, every panel of V (dv_pad columns).
-template <size_t MR, bool kMasked = false>
-HWY_INLINE void PvRows(const uint32_t* ppack, size_t ld_p, const uint32_t* vpack, size_t kb2,
-                       size_t dv_pad, size_t p0, size_t pairs, float* o, const float* alpha,
-                       __m512i vmask = _mm512_set1_epi32(-1)) {
-  for (size_t c0 = 0; c0 < dv_pad; c0 += kPanel) {
-    const size_t w = std::min(kPanel, dv_pad - c0);
-    const uint32_t* vp = vpack + c0 * kb2 + p0 * w;
-    const uint32_t* pp = ppack + p0 * ld_p;
-    float* oc = o + c0;
-    switch (w / BT::kLanes) {
-      case 4:
-        PvBlock<MR, 4, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
-        break;
-      case 3:
-        PvBlock<MR, 3, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
-        break;
-      case 2:
-        PvBlock<MR, 2, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
-        break;
-      default:
-        PvBlock<MR, 1, kMasked>(pp, ld_p, vp, w, pairs, oc, dv_pad, alpha, vmask);
-        break;
-    }
-  }
-  static_assert(BT::kPvNR == 4, "the switch above covers 1..kPvNR vectors");
-}
-
 // Keys [a, b] of one row (b < a: none) on a boundary tile: a key whose pair partner
 // the row does not see goes alone, its partner's V half zeroed (0·NaN is NaN).
 HWY_INLINE void PvRowKeys(const uint32_t* ppack_r, size_t ld_p, const uint32_t* vpack, size_t kb2,
                           size_t dv_pad, int64_t a, int64_t b, float* o_r) {
   if (a > b) return;
   if (a % 2 == 1) {  // high half of pair a/2
-    PvRows<1, true>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(a / 2), 1, o_r, nullptr,
-                    _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+    ColPairsRows<1, true>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(a / 2), 1, o_r,
+                          nullptr, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
     ++a;
   }
   if (b >= a && b % 2 == 0) {  // low half of pair b/2
-    PvRows<1, true>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(b / 2), 1, o_r, nullptr,
-                    _mm512_set1_epi32(0x0000ffff));
+    ColPairsRows<1, true>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(b / 2), 1, o_r,
+                          nullptr, _mm512_set1_epi32(0x0000ffff));
     --b;
   }
   if (a < b)
-    PvRows<1>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(a / 2),
-              static_cast<size_t>((b - a + 1) / 2), o_r, nullptr);
+    ColPairsRows<1>(ppack_r, ld_p, vpack, kb2, dv_pad, static_cast<size_t>(a / 2),
+                    static_cast<size_t>((b - a + 1) / 2), o_r, nullptr);
 }
 
 // O = α·O + P·V on a boundary tile over exactly the keys each row sees (see the file
@@ -203,8 +120,8 @@ HWY_INLINE void BoundaryPvBf16(const uint32_t* ppack, size_t rows, size_t kb, co
     const int64_t p_lo = (common_lo + 1) / 2, p_hi = (common_hi + 1) / 2 - 1;
     const bool blocked = common_lo <= common_hi && p_lo <= p_hi;
     if (blocked)
-      PvRows<MR>(ppack + r0, rows, vpack, kb2, dv_pad, static_cast<size_t>(p_lo),
-                 static_cast<size_t>(p_hi - p_lo + 1), o + r0 * dv_pad, nullptr);
+      ColPairsRows<MR>(ppack + r0, rows, vpack, kb2, dv_pad, static_cast<size_t>(p_lo),
+                       static_cast<size_t>(p_hi - p_lo + 1), o + r0 * dv_pad, nullptr);
     for (size_t r = r0; r < r0 + MR; ++r) {
       float* o_r = o + r * dv_pad;
       if (!blocked) {
@@ -276,13 +193,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
     const size_t k_rows = RoundUpTo(kb, BT::kQkMR);
     PackKRows(plan, b, hkv, j0, kb, k_rows, d2, kpack);
     PackVRows<false>(plan, b, hkv, j0, kb, 2 * kb2, dv_pad, vrows);
-    for (size_t pr = 0; pr < kb2; ++pr)
-      for (size_t c = 0; c < dv_pad; c += N) {
-        const size_t c0 = c / kPanel * kPanel, w = std::min(kPanel, dv_pad - c0);
-        _mm512_storeu_si512(
-            vpack + c0 * kb2 + pr * w + (c - c0),
-            PairRows(vrows + 2 * pr * dv_pad + c, vrows + (2 * pr + 1) * dv_pad + c));
-      }
+    PairRowsToPanels(vrows, dv_pad, kb2, dv_pad, vpack);
     const int64_t j_next = j0 + kPrefetchTiles * static_cast<int64_t>(K);
     if (j_next <= j_end) {
       const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
@@ -297,10 +208,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
       if (i_min > i_max || !mask.any(i_min, i_max, j0, j_last)) continue;
       const bool boundary = !mask.all(i_min, i_max, j0, j_last);
       const size_t r0 = pi * RP, rows = std::min(RP, R - r0);
-      for (size_t j = 0; j < k_rows; j += BT::kQkMR)
-        for (size_t c = 0; c < rows; c += BT::kQkNR * N)
-          QkBlock<BT::kQkMR, BT::kQkNR>(kpack + j * d2, qpack + r0 + c, d2, R, q_scale,
-                                        st + j * rows + c, rows);
+      RowPairsGemm(k_rows, rows, d2, kpack, d2, qpack + r0, R, st, rows, q_scale);
       if (boundary) TileIntervals(mask, row_index + r0, rows, j0, kb, lo_rel + r0, hi_rel + r0);
       if (boundary || p.softcap > 0)
         CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0);
@@ -310,8 +218,8 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
       float* o_pass = o + r0 * dv_pad;
       if (!boundary) {
         for (size_t r = 0; r < rows; r += BT::kPvMR)
-          PvRows<BT::kPvMR>(ppack + r, rows, vpack, kb2, dv_pad, 0, kb2, o_pass + r * dv_pad,
-                            alpha + r0 + r);
+          ColPairsRows<BT::kPvMR>(ppack + r, rows, vpack, kb2, dv_pad, 0, kb2, o_pass + r * dv_pad,
+                                  alpha + r0 + r);
       } else {
         BoundaryPvBf16(ppack, rows, kb, lo_rel + r0, hi_rel + r0, alpha + r0, vpack, kb2, o_pass,
                        dv_pad);

@@ -122,6 +122,11 @@ std::vector<TargetKernels> Discover() {
     TargetKernels t = avx512;
     t.name = b.name;
     t.bf16_forward_item = b.item();
+    // Both run the vdpbf16ps backward (AMX implies AVX512-BF16 on every CPU that has it,
+    // and amx's Missing() checks it).
+    t.bf16_backward_kv_item = Avx512Bf16BackwardKvItem();
+    t.bf16_backward_q_item = Avx512Bf16BackwardQItem();
+    t.bf16_backward_name = "avx512bf16";
     out.insert(out.begin() + static_cast<std::ptrdiff_t>(at++), t);
   }
   return out;

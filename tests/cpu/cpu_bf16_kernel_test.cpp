@@ -4,8 +4,10 @@
 // bf16 (reference::naive_forward) + 1e-3 x max |ref|. Odd sizes, Sq != Sk both ways,
 // causal / windows / softcap / GQA / Dv != D / odd head_dim / strides, outputs poisoned
 // with NaN, NaN and inf in key rows some rows do not see (on both halves of a bf16 key
-// pair), and bitwise equal results for 1, 2 and 3 threads. Every check first asserts
-// that choose() names the target's kernel, so none can pass on another path.
+// pair), and bitwise equal results for 1, 2 and 3 threads; the same for the bf16
+// backward on vdpbf16ps (backward_avx512bf16.cpp), which both targets run (dq, dk, dv
+// under the same rule, eps relative to the largest gradient). Every check first asserts
+// that choose() names the expected kernel, so none can pass on another path.
 // On CPUs without a target's feature its tests are skipped naming what is missing.
 // Built twice: flash_cpu_bf16_kernel_test (both targets, real instructions) and
 // flash_cpu_amx_emulated_test (FLASH_BF16_TEST_AMX_ONLY: the amx target with its tile
@@ -88,6 +90,69 @@ void CheckCase(const Case& c, bool decode_shape = false) {
   }
   EXPECT_LE(err_l, 2 * err_naive_l + 1e-6 * std::max(1.0, mag_l))
       << c.Name() << " lse error " << err_l << " vs 2x naive " << err_naive_l;
+}
+
+// The bf16 backward names the vdpbf16ps kernel on both targets.
+void ExpectBf16Backward(const flash_problem& p) {
+  flash_message kernel{};
+  ASSERT_EQ(flash_cpu_module()->choose(&p, FLASH_BACKWARD, &kernel), FLASH_OK);
+  ASSERT_EQ(std::string(kernel.text).rfind("cpu.bwd.avx512bf16.bf16.d", 0), 0u) << kernel.text;
+}
+
+// Max |got - ref| and |naive - ref| of one gradient (packed [b, s, h, d] in ref/naive,
+// strided in got); false when a value of got is not finite.
+struct GradError {
+  double err = 0, naive = 0, mag = 0;
+  bool finite = true;
+  void Add(double got, double ref, double naive_value) {
+    finite = finite && std::isfinite(got);
+    err = std::max(err, std::fabs(got - ref));
+    naive = std::max(naive, std::fabs(naive_value - ref));
+    mag = std::max(mag, std::fabs(ref));
+  }
+};
+
+// dq, dk and dv of the forward's own o and lse against the fp64 oracle under the
+// 2x-naive-bf16 rule, eps relative to the largest gradient (as the cross-backend suite).
+void CheckBackward(const Case& c) {
+  Problem pr(c, 9);
+  const flash_problem& p = pr.p;
+  ExpectBf16Backward(p);
+  std::string err;
+  ASSERT_EQ(pr.Forward(&err), FLASH_OK) << err;
+  ASSERT_EQ(pr.Backward(&err), FLASH_OK) << err;
+  const reference::BackwardResult ref =
+      reference::backward(p, pr.q.data(), pr.k.data(), pr.v.data(), pr.dout.data());
+  const reference::BackwardResult naive =
+      reference::naive_backward(p, pr.q.data(), pr.k.data(), pr.v.data(), pr.dout.data());
+  GradError eq, ek, ev;
+  const int64_t D = p.head_dim, Dv = p.head_dim_v;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t s = 0; s < c.sq; ++s)
+      for (int64_t h = 0; h < c.hq; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t i = static_cast<size_t>(((b * c.sq + s) * c.hq + h) * D + d);
+          eq.Add(Problem::At(pr.dq, p.q_stride, b, s, h, d), ref.dq[i], naive.dq[i]);
+        }
+    for (int64_t s = 0; s < c.sk; ++s)
+      for (int64_t h = 0; h < c.hk; ++h) {
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t i = static_cast<size_t>(((b * c.sk + s) * c.hk + h) * D + d);
+          ek.Add(Problem::At(pr.dk, p.k_stride, b, s, h, d), ref.dk[i], naive.dk[i]);
+        }
+        for (int64_t d = 0; d < Dv; ++d) {
+          const size_t i = static_cast<size_t>(((b * c.sk + s) * c.hk + h) * Dv + d);
+          ev.Add(Problem::At(pr.dv, p.v_stride, b, s, h, d), ref.dv[i], naive.dv[i]);
+        }
+      }
+  }
+  const double scale = std::max({eq.mag, ek.mag, ev.mag});
+  for (const auto& [name, e] :
+       {std::pair<const char*, GradError>{"dq", eq}, {"dk", ek}, {"dv", ev}}) {
+    EXPECT_TRUE(e.finite) << c.Name() << ": a NaN/inf reached " << name;
+    EXPECT_LE(e.err, 2 * e.naive + 1e-3 * scale)
+        << c.Name() << " " << name << " error " << e.err << " vs 2x naive " << e.naive;
+  }
 }
 
 Case Bf16(int64_t sq, int64_t sk, int64_t d) {
@@ -197,8 +262,101 @@ TEST_P(CpuBf16Kernel, NanReachesOnlyRowsThatUseIt) {
   }
 }
 
-// Bitwise equal o and lse for 1, 2 and 3 threads and a repeat (items do not depend on
-// the thread count; every output element comes from one item).
+TEST_P(CpuBf16Kernel, BackwardOddSizesAndHeadDims) {
+  const int64_t sizes[] = {1, 17, 113, 257};
+  for (int64_t sq : sizes)
+    for (int64_t sk : sizes) CheckBackward(Bf16(sq, sk, 64));
+  for (int64_t d : {1, 7, 17, 33, 96, 128}) CheckBackward(Bf16(113, 257, d));
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{40, 72}, {128, 64}, {64, 200}, {3, 1}}) {
+    Case c = Bf16(257, 113, d);
+    c.dv = dv;
+    CheckBackward(c);
+  }
+}
+
+TEST_P(CpuBf16Kernel, BackwardMasksSoftcapGqaStrides) {
+  for (bool causal : {false, true})
+    for (auto [wl, wr] : {std::pair<int64_t, int64_t>{-1, -1}, {33, 5}, {0, 0}, {4, -1}})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 257}, {257, 113}}) {
+        Case c = Bf16(sq, sk, 72);
+        c.causal = causal;
+        c.wl = wl;
+        c.wr = wr;
+        CheckBackward(c);
+      }
+  Case c = Bf16(257, 500, 128);  // GQA group 3, softcap, [b, h, s, d] strides
+  c.batch = 2;
+  c.hq = 6;
+  c.hk = 2;
+  c.softcap = 20.0f;
+  c.layout = 1;
+  CheckBackward(c);
+  c.causal = true;
+  c.layout = 2;  // padded rows: odd element strides
+  c.hq = 4;
+  c.hk = 1;
+  c.softcap = 0.0f;
+  CheckBackward(c);
+  c = Bf16(300, 60, 32);  // windows: many rows see no key (their gradients are 0)
+  c.wl = 3;
+  c.wr = 1;
+  CheckBackward(c);
+}
+
+// NaN in V and inf in K at an even and an odd key, under a causal 5-key window: dq of
+// every row that sees neither, and dk / dv of every key seen only by such rows, stay
+// finite and correct (a masked bad key must not leak through 0·NaN in any product).
+TEST_P(CpuBf16Kernel, BackwardNanReachesOnlyRowsThatUseIt) {
+  for (const int64_t bad : {70, 71}) {
+    Case c = Bf16(150, 150, 32);
+    c.causal = true;
+    c.wl = 5;
+    Problem pr(c, 13);
+    const int64_t inf_key = bad + 20;
+    for (int64_t d = 0; d < c.d; ++d) {
+      pr.v.Set(static_cast<size_t>(bad * pr.p.v_stride[1] + d), std::nanf(""));
+      pr.k.Set(static_cast<size_t>(inf_key * pr.p.k_stride[1] + d), INFINITY);
+    }
+    ExpectBf16Backward(pr.p);
+    ASSERT_EQ(pr.Forward(), FLASH_OK);
+    ASSERT_EQ(pr.Backward(), FLASH_OK);
+    const reference::BackwardResult ref =
+        reference::backward(pr.p, pr.q.data(), pr.k.data(), pr.v.data(), pr.dout.data());
+    std::vector<bool> clean_row(c.sq), clean_key(c.sk, true);
+    for (int64_t s = 0; s < c.sq; ++s)
+      clean_row[s] = !reference::visible(pr.p, s, bad) && !reference::visible(pr.p, s, inf_key);
+    for (int64_t s = 0; s < c.sq; ++s)
+      for (int64_t j = 0; j < c.sk; ++j)
+        if (!clean_row[s] && reference::visible(pr.p, s, j)) clean_key[j] = false;
+    int64_t rows_checked = 0, keys_checked = 0;
+    for (int64_t s = 0; s < c.sq; ++s) {
+      if (!clean_row[s]) continue;
+      ++rows_checked;
+      for (int64_t d = 0; d < c.d; ++d) {
+        const float x = Problem::At(pr.dq, pr.p.q_stride, 0, s, 0, d);
+        ASSERT_TRUE(std::isfinite(x)) << "bad " << bad << " dq row " << s;
+        EXPECT_NEAR(x, ref.dq[static_cast<size_t>(s * c.d + d)], 5e-2) << "dq row " << s;
+      }
+    }
+    for (int64_t j = 0; j < c.sk; ++j) {
+      if (!clean_key[j]) continue;
+      ++keys_checked;
+      for (int64_t d = 0; d < c.d; ++d) {
+        const size_t i = static_cast<size_t>(j * c.d + d);
+        const float dk = Problem::At(pr.dk, pr.p.k_stride, 0, j, 0, d);
+        const float dv = Problem::At(pr.dv, pr.p.v_stride, 0, j, 0, d);
+        ASSERT_TRUE(std::isfinite(dk) && std::isfinite(dv)) << "bad " << bad << " key " << j;
+        EXPECT_NEAR(dk, ref.dk[i], 5e-2) << "dk key " << j;
+        EXPECT_NEAR(dv, ref.dv[i], 5e-2) << "dv key " << j;
+      }
+    }
+    EXPECT_GT(rows_checked, 100);  // the check covers most rows and keys
+    EXPECT_GT(keys_checked, 100);
+  }
+}
+
+// Bitwise equal o, lse, dq, dk and dv for 1, 2 and 3 threads and a repeat (items do not
+// depend on the thread count; every output element comes from one item).
 TEST_P(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
   Case c = Bf16(301, 277, 40);
   c.batch = 2;
@@ -214,6 +372,10 @@ TEST_P(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
     std::vector<uint8_t> out = pr.o.bytes;
     const uint8_t* l = reinterpret_cast<const uint8_t*>(pr.lse.data());
     out.insert(out.end(), l, l + pr.lse.size() * sizeof(float));
+    ExpectBf16Backward(pr.p);
+    EXPECT_EQ(pr.Backward(), FLASH_OK);
+    for (const Tensor* g : {&pr.dq, &pr.dk, &pr.dv})
+      out.insert(out.end(), g->bytes.begin(), g->bytes.end());
     return out;
   };
   const int saved = omp_get_max_threads();

@@ -6,6 +6,7 @@
 //        the ratio A/B (wall and per CPU-second), then the median ratio. A side is
 //        dtype[@target]: bf16@amx/bf16@avx512bf16 runs bf16 with FLASH_CPU_TARGET=amx
 //        against bf16 with FLASH_CPU_TARGET=avx512bf16 (no @: the environment's choice).
+//        An 8th argument "backward" alternates backwards instead of forwards.
 // FLOPs: 4·B·H·Sq·Sk·D forward (half for causal); backward 2.5x forward.
 #include <immintrin.h>
 #include <omp.h>
@@ -115,7 +116,7 @@ struct TargetScope {
 
 // Forwards of two dtypes on one shape, alternating so that both see the same load.
 void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& name_a,
-               const std::string& name_b, int reps) {
+               const std::string& name_b, int reps, bool backward) {
   using namespace flash::cpu::test;
   const int threads = omp_get_max_threads();
   for (bool causal : {false, true}) {
@@ -132,12 +133,14 @@ void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& na
       pr.emplace_back(c);
       const TargetScope target(name);
       std::string error;
-      if (pr.back().Forward(&error) != FLASH_OK) {  // also warms the workspaces
+      // Also warms the workspaces; the backward reads this forward's o and lse.
+      if (pr.back().Forward(&error) != FLASH_OK ||
+          (backward && pr.back().Backward(&error) != FLASH_OK)) {
         std::printf("%s: %s\n", name.c_str(), error.c_str());
         std::exit(1);
       }
     }
-    const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+    const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0) * (backward ? 2.5 : 1.0);
     std::vector<double> ratio_wall, ratio_cpu;
     for (int r = 0; r < reps; ++r) {
       double wall[2], cpu[2];
@@ -146,26 +149,29 @@ void Alternate(int64_t B, int64_t H, int64_t S, int64_t D, const std::string& na
         const TargetScope target(names[which]);
         const auto t0 = Clock::now();
         const double c0 = CpuSeconds();
-        pr[which].Forward();
+        if (backward)
+          pr[which].Backward();
+        else
+          pr[which].Forward();
         cpu[which] = flops / ((CpuSeconds() - c0) / threads) / 1e9;
         wall[which] = flops / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
       }
       ratio_wall.push_back(wall[0] / wall[1]);
       ratio_cpu.push_back(cpu[0] / cpu[1]);
       std::printf(
-          "%s round %d: %s %.1f GFLOP/s (%.1f per CPU-s) | %s %.1f (%.1f) | ratio %.2f "
+          "%s %s round %d: %s %.1f GFLOP/s (%.1f per CPU-s) | %s %.1f (%.1f) | ratio %.2f "
           "(%.2f per CPU-s)\n",
-          causal ? "causal" : "full", r, name_a.c_str(), wall[0], cpu[0], name_b.c_str(), wall[1],
-          cpu[1], ratio_wall.back(), ratio_cpu.back());
+          backward ? "backward" : "forward", causal ? "causal" : "full", r, name_a.c_str(), wall[0],
+          cpu[0], name_b.c_str(), wall[1], cpu[1], ratio_wall.back(), ratio_cpu.back());
     }
     std::sort(ratio_wall.begin(), ratio_wall.end());
     std::sort(ratio_cpu.begin(), ratio_cpu.end());
     std::printf(
-        "%s B=%ld H=%ld S=%ld D=%ld, %d threads: median ratio %s/%s %.2f wall, %.2f per "
+        "%s %s B=%ld H=%ld S=%ld D=%ld, %d threads: median ratio %s/%s %.2f wall, %.2f per "
         "CPU-s (range %.2f-%.2f wall)\n",
-        causal ? "causal" : "full", (long)B, (long)H, (long)S, (long)D, threads, name_a.c_str(),
-        name_b.c_str(), ratio_wall[ratio_wall.size() / 2], ratio_cpu[ratio_cpu.size() / 2],
-        ratio_wall.front(), ratio_wall.back());
+        backward ? "backward" : "forward", causal ? "causal" : "full", (long)B, (long)H, (long)S,
+        (long)D, threads, name_a.c_str(), name_b.c_str(), ratio_wall[ratio_wall.size() / 2],
+        ratio_cpu[ratio_cpu.size() / 2], ratio_wall.front(), ratio_wall.back());
   }
 }
 
@@ -183,7 +189,8 @@ int main(int argc, char** argv) {
   flash_cpu_module()->probe(&reason, &detail);
   std::printf("cpu backend: %s\n", detail.text);
   if (const size_t slash = dt.find('/'); slash != std::string::npos) {
-    Alternate(B, H, S, D, dt.substr(0, slash), dt.substr(slash + 1), reps);
+    const bool backward = argc > 7 && std::string(argv[7]) == "backward";
+    Alternate(B, H, S, D, dt.substr(0, slash), dt.substr(slash + 1), reps, backward);
     return 0;
   }
   const TargetScope target(dt);

@@ -57,8 +57,9 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
     setenv("FLASH_CPU_TARGET", n.c_str(), 1);
     EXPECT_EQ(Detail().rfind("simd=" + n + ";", 0), 0u);
     Case c;
-    // amx and avx512bf16 run the bf16 forward themselves; f32 on them runs (and is
-    // named) avx512.
+    // amx and avx512bf16 run the bf16 forward themselves and the bf16 backward on
+    // vdpbf16ps (named avx512bf16 on both); f32 and f16 on them run (and are named)
+    // avx512.
     const bool bf16_target = n == "amx" || n == "avx512bf16";
     if (bf16_target) c.dtype = FLASH_BF16;
     Problem pr(c);
@@ -70,12 +71,14 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
     if (!bf16_target) continue;
     for (int32_t dtype : {FLASH_F32, FLASH_F16}) {
       pr.p.dtype = dtype;
-      ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &kernel), FLASH_OK);
-      EXPECT_NE(std::string(kernel.text).find(".avx512."), std::string::npos) << kernel.text;
+      for (int direction : {FLASH_FORWARD, FLASH_BACKWARD}) {
+        ASSERT_EQ(flash_cpu_module()->choose(&pr.p, direction, &kernel), FLASH_OK);
+        EXPECT_NE(std::string(kernel.text).find(".avx512."), std::string::npos) << kernel.text;
+      }
     }
     pr.p.dtype = FLASH_BF16;
     ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_BACKWARD, &kernel), FLASH_OK);
-    EXPECT_NE(std::string(kernel.text).find("cpu.bwd.avx512."), std::string::npos) << kernel.text;
+    EXPECT_EQ(std::string(kernel.text).rfind("cpu.bwd.avx512bf16.bf16.", 0), 0u) << kernel.text;
   }
   unsetenv("FLASH_CPU_TARGET");
 }

@@ -7,10 +7,11 @@
 #            avx512bf16 vs the fp64 oracle), flash_cpu_amx_emulated_test
 #   suite    cross-backend suite for cpu with FLASH_CPU_TARGET=amx and =avx512bf16
 #            (forward, backward and inference cases of those targets)
-#   speed    bf16 forward (amx, avx512bf16) and f32 forward on 16 threads beside torch's
-#            CPU SDPA (bench/compare_torch.py --device cpu), D = 64/128, S = 1k/4k,
-#            causal and not; then the bf16 amx / avx512bf16 / f32 alternation of
-#            flash_cpu_speed at B=1 H=8 S=2048 D=128
+#   speed    bf16 forward (amx, avx512bf16), f32 forward and bf16 backward (vdpbf16ps) on
+#            16 threads beside torch's CPU SDPA (bench/compare_torch.py --device cpu),
+#            D = 64/128, S = 1k/4k, causal and not; then alternations of flash_cpu_speed
+#            at B=1 H=8 S=2048 D=128: bf16 amx vs avx512bf16, amx vs f32, bf16 vs f32
+#            backward
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
 # Each step has a time limit; the whole script stays under 8 minutes. Logs under $OUT.
 # Usage (device, repo root, carry [".carry"]): bash tests/cpu/device_cpu.sh
@@ -90,16 +91,18 @@ fi
 
 if has speed; then
   t0=$(date +%s)
-  # name, dtype, FLASH_CPU_TARGET ("" = the default: avx512 for f32)
-  for run in "bf16_amx bf16 amx" "bf16_avx512bf16 bf16 avx512bf16" "f32 f32 "; do
+  # name, dtype, direction, FLASH_CPU_TARGET ("" = the default: avx512 for f32)
+  for run in "bf16_amx bf16 forward amx" "bf16_avx512bf16 bf16 forward avx512bf16" \
+    "f32 f32 forward " "bf16_bwd bf16 backward avx512bf16"; do
     set -- $run
-    name=$1 dtype=$2 target=${3:-}
+    name=$1 dtype=$2 direction=$3 target=${4:-}
+    flag=""; [ "$direction" = backward ] && flag=--backward
     # The kernel that will run (FLASH_LOG), from one small call.
     FLASH_CPU_TARGET=$target FLASH_LOG=1 $b/bench/flashattn-compare --backends cpu --dtype "$dtype" \
-      --seqlen 256 --iters 1 --check-budget 0.001 2>&1 | grep -m1 -o "forward on cpu (kernel [^)]*)"
-    FLASH_CPU_TARGET=$target PYTHONUNBUFFERED=1 timeout 120 python3 bench/compare_torch.py \
+      --seqlen 256 --iters 1 --check-budget 0.001 $flag 2>&1 | grep -m1 -o "$direction on cpu (kernel [^)]*)"
+    FLASH_CPU_TARGET=$target PYTHONUNBUFFERED=1 timeout 150 python3 bench/compare_torch.py \
       --compare $b/bench/flashattn-compare --device cpu --dtype "$dtype" --head-dim 64 128 \
-      --seqlen 1024 4096 --causal both --threads "$THREADS" --iters 5 \
+      --seqlen 1024 4096 --causal both --threads "$THREADS" --iters 5 $flag \
       --json "$OUT/torch_$name.json" > "$OUT/torch_$name.md" 2> "$OUT/torch_$name.err"
     echo "compare_torch $name rc=$? ($(elapsed))"
     tail -10 "$OUT/torch_$name.md"
@@ -109,6 +112,8 @@ if has speed; then
     > "$OUT/speed_amx_vs_avx512bf16.log" 2>&1
   OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16@amx/f32 4 \
     > "$OUT/speed_amx_vs_f32.log" 2>&1
+  OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16/f32 4 backward \
+    > "$OUT/speed_bwd_bf16_vs_f32.log" 2>&1
   for log in "$OUT"/speed_*.log; do
     echo "$(basename "$log"):"
     grep -E "median|FLASH_CPU_TARGET|Error|error" "$log" | head -4
@@ -121,7 +126,7 @@ if has table; then
 import json, os, sys
 out = sys.argv[1]
 runs = [("bf16 amx", "torch_bf16_amx.json"), ("bf16 avx512bf16", "torch_bf16_avx512bf16.json"),
-        ("f32", "torch_f32.json")]
+        ("f32", "torch_f32.json"), ("bf16 backward", "torch_bf16_bwd.json")]
 rows = {}
 for name, path in runs:
     try:
@@ -138,7 +143,7 @@ for name, path in runs:
         if mine.get("status") != "ok":  # e.g. outside the tolerance: still timed
             cell += f" ({mine.get('status', '?')[:30]})"
         rows.setdefault(key, {})[name] = cell
-print("forward, ours / torch CPU SDPA TFLOP/s = ratio, B=1 H=16, threads as run")
+print("ours / torch CPU SDPA TFLOP/s = ratio (forward; last column backward), B=1 H=16")
 print("| D | S | causal | " + " | ".join(n for n, _ in runs) + " |")
 print("|---|---|---|" + "---|" * len(runs))
 for key in sorted(rows):
