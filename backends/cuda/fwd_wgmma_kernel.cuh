@@ -20,9 +20,10 @@
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
-// Measured (H100, bf16, FlashAttention's shapes, 2026-11-24): D = 64 / 128 / 256 at S = 16k
-// 467 / 561 / 601 TFLOP/s = 1.00 / 0.85 / 0.85 of cuDNN, 1.5-1.9x torch's FlashAttention-2;
-// tables in bench/RESULTS.md ("Hopper forward"). Run: FLASH_LOG=1 names wgmma_fwd_*;
+// Measured (H100, bf16, FlashAttention's shapes, 2026-11-24, beside torch in one call):
+// D = 64 / 128 / 256 at S = 16k 494 / 600 / 682 TFLOP/s = 1.02 / 0.91 / 0.91 of cuDNN,
+// 1.6-2.1x torch's FlashAttention-2; tables in bench/RESULTS.md ("Hopper forward").
+// Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
 
@@ -45,6 +46,14 @@ namespace flash::cuda {
 
 // Named barrier of consumer c's exact-path vote (0 is __syncthreads').
 constexpr int kVoteBarrier0 = 1;
+// Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
+// (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
+// FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
+#if FLASH_FWD_WGMMA_EXACT_EXP
+constexpr float kFfmaExpBound = -1.f;
+#else
+constexpr float kFfmaExpBound = 256.f;
+#endif
 
 // The kernel's parameters: the descriptor's and the three tensor maps (read by the copy
 // engine from parameter space: __grid_constant__).
@@ -155,7 +164,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   float(&acc_flat)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(acc_o);
   float s_acc[1][NT][4];  // S of the newest tile, then its P (f32)
   float(&s_flat)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(s_acc);
-  uint32_t pf[KS][4] = {};  // P of the tile whose P·V is next, as A fragments
+  // P of the tile whose P·V is next, as A fragments. (A second buffer, so that P(i) is
+  // packed while P(i-1)·V(i-1) still runs, measured no faster: bench/RESULTS.md.)
+  uint32_t pf[KS][4] = {};
 
   // Q: this warpgroup's 64 rows of the K-major SW128 tile; k16 step kk is 32 bytes into
   // column atom kk / 4. K likewise (all BN rows).
@@ -218,9 +229,15 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   };
   // Softcap, mask and the online softmax of S(i) in place (P in f32); updates the row
   // max and sum and returns in alpha the factor O must be scaled by before P(i)·V(i).
+  // The exponent of each p is (score − max)·mult (online_softmax_max says why) unless
+  // every row of the warp has |max·mult| ≤ kFfmaExpBound: then the one-FFMA form
+  // score·mult − round(max·mult) differs from it by at most kFfmaExpBound·2⁻²⁴ = 2⁻¹⁶,
+  // a relative 1e-5 in p, far under the half ulp of bf16 / f16 that P is rounded to —
+  // one instruction less per score on the path that real logits take.
   const auto softmax = [&](int i, float(&alpha)[2]) {
     softcap_and_mask(s_acc, p.softcap, mask, use_softcap, cap_in, tile_masked(i), row0,
                      key0_of(i) + tig * 2);
+    float max_used[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -229,19 +246,32 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         mx = fmaxf(mx, fmaxf(s_acc[0][nt][2 * h], s_acc[0][nt][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float max_used;
-      online_softmax_max(row_max[h], mx, mult, max_used, alpha[h]);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = softmax_p(s_acc[0][nt][2 * h], max_used, mult);
-        const float p1 = softmax_p(s_acc[0][nt][2 * h + 1], max_used, mult);
-        s_acc[0][nt][2 * h] = p0;
-        s_acc[0][nt][2 * h + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[h] = row_sum[h] * alpha[h] + sum;  // per-thread partial; reduced at the end
+      online_softmax_max(row_max[h], mx, mult, max_used[h], alpha[h]);
     }
+    const bool ffma_exp = __all_sync(0xffffffffu, fabsf(max_used[0] * mult) <= kFfmaExpBound &&
+                                                      fabsf(max_used[1] * mult) <= kFfmaExpBound);
+    float sum[2] = {0.f, 0.f};
+    if (ffma_exp) {
+      const float neg_max[2] = {-max_used[0] * mult, -max_used[1] * mult};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s_acc[0][nt][e] = fast_exp2(fmaf(s_acc[0][nt][e], mult, neg_max[e / 2]));
+          sum[e / 2] += s_acc[0][nt][e];
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s_acc[0][nt][e] = softmax_p(s_acc[0][nt][e], max_used[e / 2], mult);
+          sum[e / 2] += s_acc[0][nt][e];
+        }
+    }
+    // Per-thread partial sums; reduced across the quad at the end.
+    row_sum[0] = row_sum[0] * alpha[0] + sum[0];
+    row_sum[1] = row_sum[1] * alpha[1] + sum[1];
   };
   // O *= alpha per row, skipped when no row max of this warp moved (after the first tiles
   // a new maximum is rare; the warp's rows are its own, so the vote is per warp).
@@ -291,9 +321,17 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       wgmma_fence();  // pf and O were written by ordinary instructions
       issue_qk(i);
       wgmma_commit();
-      if (!exact) issue_pv(i - 1);
-      wgmma_commit();   // an empty group on the exact path
-      wgmma_wait<1>();  // S(i) has landed; P(i-1)·V(i-1) may still run
+      // Each branch commits and waits for its own groups. (One commit after the branch
+      // joined made ptxas close the group with a dummy HGMMA after the P·V products: the
+      // wait for "all but one group" then waited for P(i-1)·V(i-1) too, and the softmax
+      // below no longer overlapped it — ncu, bench/RESULTS.md.)
+      if (!exact) {
+        issue_pv(i - 1);
+        wgmma_commit();
+        wgmma_wait<1>();  // S(i) has landed; P(i-1)·V(i-1) may still run
+      } else {
+        wgmma_wait<0>();  // S(i) has landed (P(i-1)·V(i-1) was done by pv_exact)
+      }
       wgmma_fence_operands(s_flat);
       mbar_arrive(empty_k(stage_of(i)));
       softmax(i, alpha);

@@ -130,8 +130,13 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_TUNE_64
 #define FLASH_FWD_WGMMA_TUNE_64 128, FLASH_FWD_WGMMA_STAGES_64, 3
 #endif
+// D = 128: 176-key tiles (FlashAttention-3's choice) measured +0-6 % over 128 (bench/
+// RESULTS.md, 2026-11-24); S of 88 and P of 44 registers still fit the 240 of a consumer.
+#ifndef FLASH_FWD_WGMMA_KV_128
+#define FLASH_FWD_WGMMA_KV_128 176
+#endif
 #ifndef FLASH_FWD_WGMMA_TUNE_128
-#define FLASH_FWD_WGMMA_TUNE_128 128, FLASH_FWD_WGMMA_STAGES_128, 2
+#define FLASH_FWD_WGMMA_TUNE_128 FLASH_FWD_WGMMA_KV_128, FLASH_FWD_WGMMA_STAGES_128, 2
 #endif
 #ifndef FLASH_FWD_WGMMA_TUNE_256
 #define FLASH_FWD_WGMMA_TUNE_256 64, 2, 2
@@ -163,7 +168,11 @@ struct FwdWgmmaDerived {
   static_assert(kConsumers >= 1 && kConsumers <= 3 && kBlockM <= 256,
                 "named barriers 1..3; a TMA box has at most 256 rows");
   static_assert(C::kDim % 64 == 0, "tiles are whole 64-column (128-byte) swizzle atoms");
-  static_assert(C::kBlockN == 64 || C::kBlockN == 128, "S = Q·Kᵀ is one m64nNk16 chain");
+  static_assert(C::kBlockN % 16 == 0 && C::kBlockN <= 256,
+                "S = Q·Kᵀ is one m64nNk16 chain (N <= 256, whole k16 steps of P·V); a TMA "
+                "box has at most 256 rows");
+  static_assert(C::kBlockN * C::kDim * 2 % (16 * 128) == 0,
+                "the V tile splits into whole 16-byte chunks per consumer thread");
   static_assert(C::kDim <= 128 || C::kDim % 128 == 0, "P·V in products of N <= 128");
   static_assert(C::kStages >= 2, "a ring needs two stages");
   static_assert(kConsumerRegs >= 128, "room for the S and O accumulators");

@@ -6,7 +6,7 @@
 # torch (decode: compare_torch.py --decode, which also checks each problem against the
 # reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
 # Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench ncu decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench ncu ncufwd decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -14,30 +14,36 @@ mkdir -p "$OUT"
 STEPS=${STEPS:-build suite numerics sass ab torch decode}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 b=build-device
+# A/B builds, started first so that they compile beside the main build: the previous
+# forward (a tree snapshot in .carry/old, e.g. `git archive <commit> | tar -x -C
+# .carry/old`) and, with VARIANT_FLAGS / VARIANT2_FLAGS (CUDA -D flags; no commas in
+# values: nvcc splits them), variants of this tree, each as a standalone cuda module.
+ab_pids=()
+if has abbuild; then
+  if [ -d .carry/old ] && [[ " ${AB:-} " == *" old "* ]]; then
+    (cmake -S .carry/old/backends/cuda -B build-old -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a &&
+      cmake --build build-old -j16 --target flashattn_cuda) > "$OUT/build-old.log" 2>&1 &
+    ab_pids+=($!)
+  fi
+  for vn in variant variant2; do
+    vf=VARIANT_FLAGS; [ $vn = variant2 ] && vf=VARIANT2_FLAGS
+    [ -n "${!vf:-}" ] || continue
+    (cmake -S backends/cuda -B build-$vn -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DCMAKE_CUDA_FLAGS="${!vf}" && cmake --build build-$vn -j16 --target flashattn_cuda) \
+      > "$OUT/build-$vn.log" 2>&1 &
+    ab_pids+=($!)
+  done
+fi
 if has build; then
   start=$(date +%s)
   source .ci/device_build.sh -DFLASHATTN_TESTS=ON > "$OUT/build.log" 2>&1 || true
   echo "build: $(($(date +%s) - start)) s"
   grep -E "error|FAILED" "$OUT/build.log" | head -20
 fi
-# A/B builds: the previous forward (a tree snapshot in .carry/old, e.g. `git archive
-# <commit> | tar -x -C .carry/old`) and, with VARIANT_FLAGS (CUDA -D flags; no commas in
-# values: nvcc splits them), a variant of this tree, each as a standalone cuda module.
-if has abbuild; then
-  if [ -d .carry/old ]; then
-    (cmake -S .carry/old/backends/cuda -B build-old -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a &&
-      cmake --build build-old -j16 --target flashattn_cuda) > "$OUT/build-old.log" 2>&1
-    echo "build-old rc=$?"
-  fi
-  if [ -n "${VARIANT_FLAGS:-}" ]; then
-    (cmake -S backends/cuda -B build-variant -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a \
-      -DCMAKE_CUDA_FLAGS="$VARIANT_FLAGS" && cmake --build build-variant -j16 --target flashattn_cuda) \
-      > "$OUT/build-variant.log" 2>&1
-    echo "build-variant rc=$?"
-  fi
-fi
+for pid in "${ab_pids[@]}"; do wait $pid; echo "abbuild pid $pid rc=$?"; done
 old_mod=$(find build-old -name libflashattn_cuda.so 2>/dev/null | head -1)
 variant_mod=$(find build-variant -name libflashattn_cuda.so 2>/dev/null | head -1)
+variant2_mod=$(find build-variant2 -name libflashattn_cuda.so 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:$PWD/.carry/benchmark/usr/lib/x86_64-linux-gnu"
 mod=$b/libflashattn_cuda.so
 [ -f "$mod" ] || mod=$(find $b -name libflashattn_cuda.so | head -1)
@@ -60,13 +66,19 @@ if has sass; then
     awk '/Function :/ {f = $3} /HGMMA/ && f ~ /fwd_wgmma/ {n[f]++} END {for (k in n) print n[k], k}' |
     tee "$OUT/sass_fwd.txt" | head -4
   echo "sass: fwd_wgmma kernels with HGMMA: $(wc -l < "$OUT/sass_fwd.txt")"
+  # A 64x8 HGMMA on zero registers is ptxas closing a group with a dummy product (a commit
+  # it could not attach to a real one): it made a "wait for all but one" wait for all.
+  cuobjdump -sass "$mod" 2>/dev/null |
+    awk '/Function :/ {f = $3} /HGMMA.64x8x16/ && f ~ /wgmma/ {n[f]++} END {for (k in n) print n[k], k}' |
+    tee "$OUT/sass_dummy_hgmma.txt" | head -4
+  echo "sass: wgmma kernels with dummy HGMMAs: $(wc -l < "$OUT/sass_dummy_hgmma.txt")"
 fi
 # Forward A/B, alternating: "new" (this tree), "old" (build-old, if built) or "mma"
 # (this tree with FLASH_CUDA_FWD=mma).
 if has ab; then
   for round in $(seq ${ROUNDS:-2}); do
     for v in ${AB:-new mma}; do
-      m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod
+      m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
       [ -n "$m" ] || continue
       env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
         --dtype ${DTYPE:-bf16} --dims ${DIMS:-64 128 256} --seqlens ${SEQLENS:-1024 4096 16384} \
@@ -91,6 +103,36 @@ if has ncu; then
     $b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 32768 --queries 1 --page 0 \
     --iters 1 > "$OUT/ncu.log" 2>&1
   grep -E "^  [a-z_ ]*decode_|gpu__time|dram__|warps_active" "$OUT/ncu.log" | sed 's/(DecodeParams).*//' | head -24
+fi
+# ncufwd: one D = NCU_DIM (128) bf16 forward launch of the wgmma kernel at S = NCU_S
+# (4096) under ncu (speed of light, warp states, scheduler, instruction mix, the source
+# lines where warps stall), and that kernel's SASS, for reading off the device.
+if has ncufwd; then
+  rep="$OUT/ncufwd"
+  timeout 240 ncu --clock-control none --kernel-name regex:fwd_wgmma --launch-skip 2 --launch-count 1 \
+    --set full --import-source no -o "$rep" -f \
+    $b/tests/cuda/cuda_module_bench "$mod" --dtype bf16 --dims ${NCU_DIM:-128} --seqlens ${NCU_S:-4096} \
+    --iters 3 > "$OUT/ncufwd-run.log" 2>&1
+  echo "ncufwd rc=$?"
+  # Stall reasons (raw metrics), the SASS with per-instruction samples, then the report is
+  # dropped (too large to bring back).
+  ncu --import "$rep.ncu-rep" --page raw --csv > "$OUT/ncufwd-raw.csv" 2>&1
+  python3 - "$OUT/ncufwd-raw.csv" <<'PY' | tee "$OUT/ncufwd-stalls.txt"
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+names, units, vals = rows[0], rows[1], rows[2]
+for n, v in zip(names, vals):
+    if ("issue_stalled" in n and n.endswith("per_warp_active.pct")) or n in (
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "smsp__inst_executed.sum", "sm__cycles_elapsed.avg", "smsp__issue_active.avg.pct_of_peak_sustained_active"):
+        try:
+            if float(v.replace(",", "")) > 0.5: print(f"{v:>14} {n}")
+        except ValueError:
+            pass
+PY
+  ncu --import "$rep.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$OUT/ncufwd-sass.csv.gz"
+  echo "sass csv: $(zcat "$OUT/ncufwd-sass.csv.gz" | wc -l) lines"
+  rm -f "$rep.ncu-rep"
 fi
 # Decode: ours (contiguous and paged, beside the device copy) and torch SDPA flash /
 # cuDNN in one table (bench/compare_torch.py --decode).
