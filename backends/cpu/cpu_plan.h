@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -91,10 +92,21 @@ struct Plan {
   // ~26% to ~13% of forward time); the backward's dK/dV pass likewise gives an item up
   // to kMaxPasses K/V blocks (Q and dO are loaded once for all of them).
   static constexpr int kMaxPasses = 4;
-  // Items are made as large as possible while leaving at least this many; it does
-  // not depend on the thread count, so neither do the results (tile grouping decides
-  // which tiles take the masked path).
+  // Items are made as large as possible while leaving at least MinItems() of them. It
+  // does not depend on the thread count, so neither do the results (tile grouping
+  // decides which tiles take the masked path and where windowed K/V tiles start).
+  // Larger values give short sequences more, smaller items (better balance over many
+  // threads, more K/V packing per row): FLASH_CPU_MIN_ITEMS sets it for the whole
+  // process, for tuning measurements (tests/cpu/device_cpu.sh "items" step).
   static constexpr int64_t kMinItems = 32;
+  static int64_t MinItems() {
+    static const int64_t n = [] {
+      const char* env = std::getenv("FLASH_CPU_MIN_ITEMS");
+      const long long v = env ? std::atoll(env) : 0;
+      return v > 0 ? static_cast<int64_t>(v) : kMinItems;
+    }();
+    return n;
+  }
 
   // max_passes: forward rows per item in units of tiles.rows; max_kv_blocks: K/V blocks
   // per dK/dV item.
@@ -107,7 +119,7 @@ struct Plan {
       const int64_t rows = static_cast<int64_t>(t.rows) * passes;
       plan.rows_per_head = std::max<int64_t>(1, std::min<int64_t>(rows / plan.group, p.seqlen_q));
       plan.q_blocks = (p.seqlen_q + plan.rows_per_head - 1) / plan.rows_per_head;
-      if (plan.q_items() >= kMinItems) break;
+      if (plan.q_items() >= MinItems()) break;
     }
     const int64_t stacked = plan.group * plan.rows_per_head;
     const int64_t align = static_cast<int64_t>(t.row_align);
@@ -117,7 +129,7 @@ struct Plan {
     for (int n = max_kv_blocks; n >= 1; n /= 2) {
       plan.kv_per_item = n;
       plan.kv_groups = (plan.kv_blocks + n - 1) / n;
-      if (plan.kv_items() >= kMinItems) break;
+      if (plan.kv_items() >= MinItems()) break;
     }
     return plan;
   }

@@ -213,6 +213,11 @@ int main(int argc, char** argv) {
     c.dtype = dtype;
     c.causal = causal;
     Problem pr(c);
+    std::string error;
+    if (pr.Forward(&error) != FLASH_OK) {  // also warms the workspaces
+      std::printf("%s: %s\n", dt.c_str(), error.c_str());
+      return 1;
+    }
     const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
     double best_f = 1e30, best_b = 1e30, best_fc = 1e30, best_bc = 1e30;
     for (int r = 0; r < reps; ++r) {

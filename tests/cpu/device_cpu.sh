@@ -6,20 +6,22 @@
 #   tests    flash_cpu_target_test, flash_cpu_bf16_kernel_test (amx on real tiles and
 #            avx512bf16 vs the fp64 oracle), flash_cpu_amx_emulated_test
 #   suite    cross-backend suite for cpu with FLASH_CPU_TARGET=amx and =avx512bf16
-#            (forward, backward and inference cases of those targets)
-#   speed    bf16 forward (amx, avx512bf16), f32 forward and bf16 backward (vdpbf16ps) on
+#            (forward and inference cases of both, backward cases of avx512bf16: both
+#            targets run the same backward)
+#   speed    bf16 forward (amx), f32 forward and bf16 backward (vdpbf16ps) on
 #            16 threads beside torch's CPU SDPA (bench/compare_torch.py --device cpu),
 #            D = 64/128, S = 1k/4k, causal and not; then alternations of flash_cpu_speed
 #            at B=1 H=8 S=2048 D=128: bf16 amx vs avx512bf16, amx vs f32, bf16 vs f32
 #            backward
+#   items    S = 1k at 16 threads with 32 (default) and 128 minimum work items per call
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
 # Each step has a time limit; the whole script stays under 8 minutes. Logs under $OUT.
 # Usage (device, repo root, carry [".carry"]): bash tests/cpu/device_cpu.sh
-#   STEPS="build tests suite speed table" (default: all), THREADS=16, BUILD_DIR=build-cpu.
+#   STEPS="build tests suite speed items table" (default: all), THREADS=16, BUILD_DIR=build-cpu.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-build tests suite speed table}
+STEPS=${STEPS:-build tests suite speed items table}
 THREADS=${THREADS:-16}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 root=$(pwd)
@@ -28,6 +30,13 @@ export CMAKE_PREFIX_PATH="$root/.carry/hwy/usr:$root/.carry/benchmark/usr${CMAKE
 export LD_LIBRARY_PATH="$root/.carry/hwy/usr/lib/x86_64-linux-gnu:$root/.carry/benchmark/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 start_all=$(date +%s)
 elapsed() { echo "$(($(date +%s) - start_all)) s"; }
+# Timing runs start only while the script is within DEADLINE seconds (default 420): the
+# whole call stays under 8 minutes even on a slow build.
+in_time() {
+  if [ $(($(date +%s) - start_all)) -lt "${DEADLINE:-420}" ]; then return 0; fi
+  echo "skipped (past DEADLINE=${DEADLINE:-420} s): $*"
+  return 1
+}
 
 {
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -72,8 +81,10 @@ if has suite; then
   t0=$(date +%s)
   declare -A pids
   for target in amx avx512bf16; do
+    # Both targets run the same (vdpbf16ps) backward: its cases once, on avx512bf16.
+    extra=""; [ $target = avx512bf16 ] && extra=":All/Backward.*/cpu_${target}_*"
     FLASH_CPU_TARGET=$target timeout 200 $b/tests/flashattn_tests \
-      --gtest_filter="All/Forward.*/cpu_${target}_*:All/Backward.*/cpu_${target}_*:Inference/*cpu_${target}" \
+      --gtest_filter="All/Forward.*/cpu_${target}_*:Inference/*cpu_${target}$extra" \
       > "$OUT/suite_$target.log" 2>&1 &
     pids[$target]=$!
   done
@@ -92,10 +103,10 @@ fi
 if has speed; then
   t0=$(date +%s)
   # name, dtype, direction, FLASH_CPU_TARGET ("" = the default: avx512 for f32)
-  for run in "bf16_amx bf16 forward amx" "bf16_avx512bf16 bf16 forward avx512bf16" \
-    "f32 f32 forward " "bf16_bwd bf16 backward avx512bf16"; do
+  for run in "bf16_amx bf16 forward amx" "f32 f32 forward " "bf16_bwd bf16 backward avx512bf16"; do
     set -- $run
     name=$1 dtype=$2 direction=$3 target=${4:-}
+    in_time "compare_torch $name" || continue
     flag=""; [ "$direction" = backward ] && flag=--backward
     # The kernel that will run (FLASH_LOG), from one small call.
     FLASH_CPU_TARGET=$target FLASH_LOG=1 $b/bench/flashattn-compare --backends cpu --dtype "$dtype" \
@@ -108,12 +119,13 @@ if has speed; then
     tail -10 "$OUT/torch_$name.md"
   done
   # Our kernels against each other, alternating in one process (no torch).
-  OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16@amx/bf16@avx512bf16 4 \
-    > "$OUT/speed_amx_vs_avx512bf16.log" 2>&1
-  OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16@amx/f32 4 \
-    > "$OUT/speed_amx_vs_f32.log" 2>&1
-  OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16/f32 4 backward \
-    > "$OUT/speed_bwd_bf16_vs_f32.log" 2>&1
+  for run in "amx_vs_avx512bf16 bf16@amx/bf16@avx512bf16" "amx_vs_f32 bf16@amx/f32" \
+    "bwd_bf16_vs_f32 bf16/f32 backward"; do
+    set -- $run
+    in_time "flash_cpu_speed $1" || continue
+    OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 $2 4 ${3:-} \
+      > "$OUT/speed_$1.log" 2>&1
+  done
   for log in "$OUT"/speed_*.log; do
     echo "$(basename "$log"):"
     grep -E "median|FLASH_CPU_TARGET|Error|error" "$log" | head -4
@@ -121,12 +133,28 @@ if has speed; then
   echo "speed: $(($(date +%s) - t0)) s"
 fi
 
+# Short sequences: work items per call (Plan::MinItems, FLASH_CPU_MIN_ITEMS) 32 (default)
+# against 128 (S = 1k, H = 16: 176 items of 96 rows instead of 48 of 384), separate
+# processes in the order A B B A, best of 3 forwards and 2 backwards each.
+if has items; then
+  t0=$(date +%s)
+  for spec in "64 bf16@amx" "128 bf16@amx" "64 f32" "128 f32"; do
+    set -- $spec
+    in_time "items $spec" >&2 || continue
+    for n in 32 128 128 32; do
+      FLASH_CPU_MIN_ITEMS=$n OMP_NUM_THREADS=$THREADS timeout 30 $b/tests/cpu/flash_cpu_speed \
+        1 16 1024 "$1" "$2" 3 2>&1 | grep -E "threads: forward" | sed "s/^/items>=$n /"
+    done
+  done | tee "$OUT/items.log" | awk '{print $1, $2, $6, $7, "forward", $11, "ms", $13, "GFLOP/s, backward", $21, "ms", $23, "GFLOP/s"}'
+  echo "items: $(($(date +%s) - t0)) s"
+fi
+
 if has table; then
   python3 - "$OUT" <<'EOF' | tee "$OUT/table.md"
 import json, os, sys
 out = sys.argv[1]
-runs = [("bf16 amx", "torch_bf16_amx.json"), ("bf16 avx512bf16", "torch_bf16_avx512bf16.json"),
-        ("f32", "torch_f32.json"), ("bf16 backward", "torch_bf16_bwd.json")]
+runs = [("bf16 amx", "torch_bf16_amx.json"), ("f32", "torch_f32.json"),
+        ("bf16 backward", "torch_bf16_bwd.json")]
 rows = {}
 for name, path in runs:
     try:
