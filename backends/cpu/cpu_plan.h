@@ -5,9 +5,9 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "dispatch/module_abi.h"
