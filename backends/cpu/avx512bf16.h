@@ -50,6 +50,12 @@ using ForwardItemFn = ItemFn;
 // The forward work item, or nullptr when this build compiled no AVX-512 code.
 ForwardItemFn Avx512Bf16ForwardItem();
 
+// For tests: out[i] = 2^in[i] by the bf16 kernels' softmax exponential
+// (Exp2NonPositive, avx512bf16_softmax.h; valid for in[i] <= 0), or nullptr without
+// AVX-512 code. Runs where avx512bf16 does.
+using Exp2ArrayFn = void (*)(const float* in, float* out, size_t n);
+Exp2ArrayFn Avx512Bf16Exp2Array();
+
 // The backward's dK/dV and dQ work items on vdpbf16ps (backward_avx512bf16.cpp; the
 // delta pass stays on the avx512 kernels), or nullptr without AVX-512 code. They take
 // the problems Avx512Bf16Declines() accepts; the amx target runs them too.

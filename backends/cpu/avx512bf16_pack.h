@@ -75,6 +75,50 @@ HWY_INLINE void RowToBf16(int32_t dtype, const void* src, size_t n, size_t n_pad
   std::fill(dst + n, dst + n_pad, uint16_t{0});
 }
 
+// Transposes a 16 x 16 matrix of 32-bit words held as 16 rows (x[i] = row i).
+HWY_INLINE void Transpose16x16(__m512i x[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // pairs of rows: 32-bit interleave per 128-bit block
+    t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // groups of 4 rows: block b of x[i + k] = column 4b + k
+    x[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    x[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    x[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    x[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {  // gather block b of the 4 groups into column 4b + k
+    const __m512i v0 = _mm512_shuffle_i32x4(x[k], x[4 + k], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(x[k], x[4 + k], 0xee);
+    const __m512i v2 = _mm512_shuffle_i32x4(x[8 + k], x[12 + k], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(x[8 + k], x[12 + k], 0xee);
+    t[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    t[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) x[i] = t[i];
+}
+
+// out[k·ld_out + r] = in[r·ld_in + k] for r < rows (a multiple of 16), k < words:
+// 16 x 16 blocks through registers, the last words % 16 columns word by word.
+HWY_INLINE void TransposeWords(const uint32_t* in, size_t ld_in, size_t rows, size_t words,
+                               uint32_t* out, size_t ld_out) {
+  const size_t whole = words / kBf16Lanes * kBf16Lanes;
+  for (size_t r0 = 0; r0 < rows; r0 += kBf16Lanes) {
+    for (size_t k0 = 0; k0 < whole; k0 += kBf16Lanes) {
+      __m512i x[kBf16Lanes];
+      for (size_t r = 0; r < kBf16Lanes; ++r) x[r] = _mm512_loadu_si512(in + (r0 + r) * ld_in + k0);
+      Transpose16x16(x);
+      for (size_t k = 0; k < kBf16Lanes; ++k)
+        _mm512_storeu_si512(out + (k0 + k) * ld_out + r0, x[k]);
+    }
+    for (size_t r = r0; r < r0 + kBf16Lanes; ++r)
+      for (size_t k = whole; k < words; ++k) out[k * ld_out + r] = in[r * ld_in + k];
+  }
+}
+
 // bf16 scratch of one thread (packed Q, K, V and P), grown and reused like Workspace.
 struct PackBuffers {
   hwy::AlignedFreeUniquePtr<uint32_t[]> buffer;
@@ -91,31 +135,34 @@ struct PackBuffers {
 // The stacked rows of an item (row r: query position row_index[r], -1 for padding, of
 // head hkv·group + r / rows_per_head) of q or dO (tensor `base`, `width` elements per
 // row) as bf16 pairs along the row, transposed: out[k·R + r] = (X[r][2k], X[r][2k+1])
-// for k < w2_pad (pairs past the width and padding rows are 0). row16: scratch of
-// 2·w2_pad bf16.
+// for k < w2_pad (pairs past the width and padding rows are 0). R is a multiple of 16;
+// rows16: scratch of 16 rows of 2·w2_pad bf16.
 HWY_INLINE void PackStackedPairs(const Plan& plan, const void* base, const int64_t* stride,
                                  size_t width, int64_t b, int64_t hkv, const int64_t* row_index,
-                                 size_t R, size_t w2_pad, uint16_t* row16, uint32_t* out) {
+                                 size_t R, size_t w2_pad, uint16_t* rows16, uint32_t* out) {
   const flash_problem& p = *plan.a.p;
-  for (size_t r = 0; r < R; ++r) {
-    if (row_index[r] < 0) {
-      for (size_t k = 0; k < w2_pad; ++k) out[k * R + r] = 0;
-      continue;
+  for (size_t r0 = 0; r0 < R; r0 += kBf16Lanes) {
+    for (size_t r = r0; r < r0 + kBf16Lanes; ++r) {
+      uint16_t* row = rows16 + (r - r0) * 2 * w2_pad;
+      if (row_index[r] < 0) {
+        std::fill(row, row + 2 * w2_pad, uint16_t{0});
+        continue;
+      }
+      const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
+      RowToBf16(p.dtype, At(base, p.dtype, stride, b, row_index[r], h), width, 2 * w2_pad, row);
     }
-    const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
-    RowToBf16(p.dtype, At(base, p.dtype, stride, b, row_index[r], h), width, 2 * w2_pad, row16);
-    for (size_t k = 0; k < w2_pad; ++k)
-      out[k * R + r] = uint32_t{row16[2 * k]} | uint32_t{row16[2 * k + 1]} << 16;
+    TransposeWords(reinterpret_cast<const uint32_t*>(rows16), w2_pad, kBf16Lanes, w2_pad, out + r0,
+                   R);
   }
 }
 
 // Qᵀ of an item's stacked rows as bf16 pairs along head_dim: qpack[k·R + r] =
-// (Q[r][2k], Q[r][2k+1]) for k < d2_pad.
+// (Q[r][2k], Q[r][2k+1]) for k < d2_pad (rows16 as in PackStackedPairs).
 HWY_INLINE void PackQPairs(const Plan& plan, int64_t b, int64_t hkv, const int64_t* row_index,
-                           size_t R, size_t d2_pad, uint16_t* row16, uint32_t* qpack) {
+                           size_t R, size_t d2_pad, uint16_t* rows16, uint32_t* qpack) {
   const flash_problem& p = *plan.a.p;
   PackStackedPairs(plan, plan.a.q, p.q_stride, static_cast<size_t>(p.head_dim), b, hkv, row_index,
-                   R, d2_pad, row16, qpack);
+                   R, d2_pad, rows16, qpack);
 }
 
 // Rows [s0, s0 + n) of head h of a strided [b, s, h, d] tensor as bf16 rows of

@@ -86,13 +86,6 @@ HWY_INLINE void RowsToBf16(const float* x, size_t n, size_t cols, size_t ld, uin
     }
 }
 
-// out[k·n + r] = in[r·ld + k] for r < n, k < words (pairs along a row, transposed).
-HWY_INLINE void TransposePairs(const uint32_t* in, size_t n, size_t ld, size_t words,
-                               uint32_t* out) {
-  for (size_t r = 0; r < n; ++r)
-    for (size_t k = 0; k < words; ++k) out[k * n + r] = in[r * ld + k];
-}
-
 // Pairs of consecutive rows per column: out[p·cols + c] = (x[2p][c], x[2p+1][c]) for
 // p < pairs, c < cols (a multiple of 16); x: bf16 rows of `cols` elements.
 HWY_INLINE void PairRowsDense(const uint16_t* x, size_t pairs, size_t cols, uint32_t* out) {
@@ -199,10 +192,10 @@ void BackwardKvItemBf16(const Plan& plan, int64_t item) {
         RowStats(a, b, h, row_index[r], di + r, lse2 + r);
       }
       PackRowsBf16(p.dtype, a.q, p.q_stride, b, h, i0, valid, R, D, d_pad, rows16);
-      TransposePairs(reinterpret_cast<const uint32_t*>(rows16), R, d_pad / 2, d2, qt);
+      TransposeWords(reinterpret_cast<const uint32_t*>(rows16), d_pad / 2, R, d2, qt, R);
       PairRowsDense(rows16, R2, d_pad, qr);
       PackRowsBf16(p.dtype, a.dout, p.o_stride, b, h, i0, valid, R, Dv, dv_pad, rows16);
-      TransposePairs(reinterpret_cast<const uint32_t*>(rows16), R, dv_pad / 2, dv2, dot);
+      TransposeWords(reinterpret_cast<const uint32_t*>(rows16), dv_pad / 2, R, dv2, dot, R);
       PairRowsDense(rows16, R2, dv_pad, dor);
       for (size_t s = 0; s < n_tiles; ++s) {
         const int64_t j0 = j_item + static_cast<int64_t>(s * K);
@@ -257,8 +250,13 @@ void BackwardQItemBf16(const Plan& plan, int64_t item) {
   float* lse2 = ws.take(R);
   float* lo_rel = ws.take(R);
   float* hi_rel = ws.take(R);
-  const size_t sizes[] = {d2 * R,          dv2 * R,      K * d_pad / 2,    K * dv2,
-                          kb2_max * d_pad, kb2_max * RP, std::max(d2, dv2)};
+  const size_t sizes[] = {d2 * R,
+                          dv2 * R,
+                          K * d_pad / 2,
+                          K * dv2,
+                          kb2_max * d_pad,
+                          kb2_max * RP,
+                          kBf16Lanes * std::max(d2, dv2)};
   size_t words = 0;
   for (size_t n : sizes) words += Workspace::RoundUp(n);
   uint32_t* next = ThreadPacks().Reset(words);

@@ -10,9 +10,10 @@
 //                 B = Qᵀ as bf16 pairs along head_dim ([d/2][row], packed once per item),
 //                 C = Sᵀ tiles stored to the f32 score tile; scale·log2e is applied by
 //                 the softmax, so the inputs are used exactly.
-//   softmax       f32 AVX-512 (CapAndMask / OnlineSoftmax of forward-inl.h); P rounded
-//                 to bf16 (ties to even) as pairs of keys ([key/2][row]): the B
-//                 operand of P·V as it stands. l sums the unrounded P.
+//   softmax       f32 AVX-512 (CapAndMask of forward-inl.h, OnlineSoftmaxPairs of
+//                 avx512bf16_softmax.h); P written only rounded to bf16 (ties to even)
+//                 as pairs of keys ([key/2][row]): the B operand of P·V as it stands.
+//                 l sums the unrounded P.
 //   Oᵀ += Vᵀ·Pᵀ   A = Vᵀ as pairs of keys per head_dim_v column ([c][key/2]; V is
 //                 repacked into it once per K/V tile and shared by the passes), B = P
 //                 pairs, C = Oᵀ (f32 [c][row], in memory between tiles): the rescale
@@ -75,6 +76,7 @@
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
 #include "backends/cpu/amx_tile_ops.h"
 #include "backends/cpu/avx512bf16_pack.h"
+#include "backends/cpu/avx512bf16_softmax.h"
 namespace flash::cpu::HWY_NAMESPACE {
 namespace {
 
@@ -163,32 +165,6 @@ HWY_INLINE void TileGemm(size_t M, size_t N, size_t steps, const uint32_t* a, si
   }
 }
 
-// Transposes a 16 x 16 matrix of 32-bit words held as 16 rows (x[i] = row i).
-HWY_INLINE void Transpose16x16(__m512i x[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {  // pairs of rows: 32-bit interleave per 128-bit block
-    t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {  // groups of 4 rows: block b of x[i + k] = column 4b + k
-    x[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    x[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    x[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    x[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {  // gather block b of the 4 groups into column 4b + k
-    const __m512i v0 = _mm512_shuffle_i32x4(x[k], x[4 + k], 0x44);
-    const __m512i v1 = _mm512_shuffle_i32x4(x[k], x[4 + k], 0xee);
-    const __m512i v2 = _mm512_shuffle_i32x4(x[8 + k], x[12 + k], 0x44);
-    const __m512i v3 = _mm512_shuffle_i32x4(x[8 + k], x[12 + k], 0xee);
-    t[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    t[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
-    t[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    t[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) x[i] = t[i];
-}
-
 // Vᵀ as pairs of keys per column: vt[c·kb2p + k] = (V[2k][c], V[2k+1][c]) for c <
 // dv_pad, k < kb2p (both multiples of 16). vrows: 2·kb2p rows of dv_pad bf16.
 HWY_INLINE void PackVPairsTransposed(const uint16_t* vrows, size_t dv_pad, size_t kb2p,
@@ -222,10 +198,12 @@ HWY_INLINE void RescaleColumns(float* ot, size_t ld, size_t dv_pad, const float*
 
 // Oᵀ += Vᵀ·Pᵀ over exactly the keys each row sees (boundary tiles whose V holds inf or
 // NaN): lanes are query rows, and key j's products reach only the lanes of rows that
-// see it. st: P in f32 ([key][row], `rows` columns); ot: row stride ld.
-HWY_INLINE void ExactKeysPv(const float* st, size_t rows, size_t kb, const float* lo_rel,
+// see it. ppack: P as bf16 pairs of keys ([key/2][row], `rows` columns), the P the tile
+// product would use; ot: row stride ld.
+HWY_INLINE void ExactKeysPv(const uint32_t* ppack, size_t rows, size_t kb, const float* lo_rel,
                             const float* hi_rel, const uint16_t* vrows, size_t dv_pad, float* ot,
                             size_t ld) {
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (size_t r = 0; r < rows; r += kTileWords) {
     const __m512 lo = _mm512_loadu_ps(lo_rel + r), hi = _mm512_loadu_ps(hi_rel + r);
     for (size_t j = 0; j < kb; ++j) {
@@ -233,7 +211,11 @@ HWY_INLINE void ExactKeysPv(const float* st, size_t rows, size_t kb, const float
       const __mmask16 sees =
           _mm512_cmp_ps_mask(jv, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(jv, hi, _CMP_LE_OQ);
       if (sees == 0) continue;
-      const __m512 pj = _mm512_loadu_ps(st + j * rows + r);
+      // Key j is the low (even j) or high half of pair j / 2: as f32, that half in the
+      // upper 16 bits.
+      const __m512i pair = _mm512_loadu_si512(ppack + j / 2 * rows + r);
+      const __m512 pj = _mm512_castsi512_ps(j % 2 == 0 ? _mm512_slli_epi32(pair, 16)
+                                                       : _mm512_and_si512(pair, high_half));
       const uint16_t* vj = vrows + j * dv_pad;
       for (size_t c = 0; c < dv_pad; ++c) {
         float* o = ot + c * ld + r;
@@ -271,7 +253,8 @@ void ForwardItemAmx(const Plan& plan, int64_t item) {
   const size_t pack_words = Workspace::RoundUp(d2p * R) + Workspace::RoundUp(K * d2p) +
                             Workspace::RoundUp(dv_pad * kb2p_max) +
                             Workspace::RoundUp(kb2p_max * RP) +
-                            Workspace::RoundUp(kb2p_max * dv_pad) + Workspace::RoundUp(d2p);
+                            Workspace::RoundUp(kb2p_max * dv_pad) +
+                            Workspace::RoundUp(kBf16Lanes * d2p);  // 16 bf16 rows of Q
   uint32_t* qpack = packs.Reset(pack_words);
 #if defined(FLASH_AMX_EMULATE)
   // Test build: every scratch word starts as NaN, so a product that reads a word this
@@ -331,14 +314,13 @@ void ForwardItemAmx(const Plan& plan, int64_t item) {
       if (boundary) TileIntervals(mask, row_index + r0, rows, j0, kb, lo_rel + r0, hi_rel + r0);
       if (boundary || p.softcap > 0)
         CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0, p.scale);
-      OnlineSoftmax(st, rows, kb, m + r0, l + r0, alpha + r0, softmax_scale);
+      OnlineSoftmaxPairs(st, rows, kb, m + r0, l + r0, alpha + r0, softmax_scale, ppack);
       const size_t kb2 = (kb + 1) / 2;
-      PackPPairs(st, rows, kb, ppack);
       std::fill(ppack + kb2 * rows, ppack + kb2p * rows, 0u);  // pairs past the tile
       float* ot_pass = ot + r0;
       RescaleColumns(ot_pass, R, dv_pad, alpha + r0, rows);
       if (boundary && !v_finite)
-        ExactKeysPv(st, rows, kb, lo_rel + r0, hi_rel + r0, vrows, dv_pad, ot_pass, R);
+        ExactKeysPv(ppack, rows, kb, lo_rel + r0, hi_rel + r0, vrows, dv_pad, ot_pass, R);
       else
         TileGemm(dv_pad, rows, kb2p / AT::kPairsPerStep, vt, kb2p, ppack, rows, ot_pass, R,
                  /*accumulate=*/true);

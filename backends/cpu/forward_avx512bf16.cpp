@@ -1,16 +1,18 @@
 // bf16 forward attention on AVX512-BF16 (vdpbf16ps: 16 f32 lanes, each += 2 bf16
 // products), one work item; the avx512bf16 target of the cpu backend.
 //
-// Algorithm: the f32 forward of forward-inl.h (same Plan, items, passes, mask and
-// online softmax, whose helpers it calls), with both products on vdpbf16ps:
+// Algorithm: the f32 forward of forward-inl.h (same Plan, items, passes, mask, whose
+// helpers it calls), with both products on vdpbf16ps:
 //   Sᵀ = K·Qᵀ     Qᵀ packed once per item as bf16 pairs along head_dim ([d/2][row]),
 //                 K rows copied as bf16 (a pair of head_dim elements is one 32-bit
 //                 broadcast); 8 keys x 3 vectors of rows in registers; scale·log2e is
 //                 applied to the f32 accumulators, so the inputs are used exactly.
-//   O = α·O + P·V P rounded to bf16 (ties to even) and packed as pairs of keys per
-//                 row ([key/2][row]); V packed as pairs of keys per column, in panels
-//                 of 64 columns; 6 rows x 4 vectors of O in registers, α folded into
-//                 the load of O. l sums the unrounded P (as the GPU kernels do).
+//   softmax       OnlineSoftmaxPairs (avx512bf16_softmax.h): the online softmax of
+//                 forward-inl.h fused with writing P, rounded to bf16 (ties to even),
+//                 as pairs of keys per row ([key/2][row]), with a cheaper 2^x;
+//   O = α·O + P·V V packed as pairs of keys per column, in panels of 64 columns; 6
+//                 rows x 4 vectors of O in registers, α folded into the load of O. l
+//                 sums the unrounded P (as the GPU kernels do).
 //   Boundary tiles run P·V over exactly the keys each row sees: pairs all rows of a
 //   6-row block see go blocked, the rest row by row, and a key whose pair partner the
 //   row does not see is multiplied with the partner's V half zeroed, so a NaN/inf in a
@@ -25,7 +27,9 @@
 // Measured 2026-11-24, dev machine (AMD EPYC Zen 4, 2 shared vCPUs), B=1 H=8 S=2048
 // D=128, 2 threads, alternating with the f32 forward in one run: 132-212 GFLOP/s wall
 // (268-324 per CPU-second) non-causal, 1.90x the f32 forward (median of 8 rounds),
-// causal 1.81x. Details: backends/cpu/README.md.
+// causal 1.81x; with the fused softmax (avx512bf16_softmax.h) 352-356 GFLOP/s wall in a
+// quiet window, +8% non-causal / +9% causal over the build before it (separate
+// processes, A B B A), 1.91x / 1.97x the f32 forward. Details: backends/cpu/README.md.
 // Run: build/tests/cpu/flash_cpu_bf16_kernel_test; OMP_NUM_THREADS=2
 // build/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16 5 (FLASH_CPU_TARGET=avx512 for the
 // f32-FMA kernels on the same input).
@@ -66,6 +70,7 @@
 // clang: attribute push), for the functions of this region only.
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
 #include "backends/cpu/avx512bf16_microkernel.h"
+#include "backends/cpu/avx512bf16_softmax.h"
 namespace flash::cpu::HWY_NAMESPACE {
 namespace {
 
@@ -155,7 +160,7 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
   float* alpha = ws.take(R);
   float* lo_rel = ws.take(R);
   float* hi_rel = ws.take(R);
-  const size_t row_words = std::max(d2, dv_pad / 2);  // one bf16 row of Q, K or V
+  const size_t row_words = kBf16Lanes * d2;  // 16 bf16 rows of Q (PackQPairs)
   static thread_local PackBuffers packs;
   uint32_t* qpack =
       packs.Reset(Workspace::RoundUp(d2 * R) + Workspace::RoundUp(K * d2) +
@@ -212,9 +217,8 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
       if (boundary) TileIntervals(mask, row_index + r0, rows, j0, kb, lo_rel + r0, hi_rel + r0);
       if (boundary || p.softcap > 0)
         CapAndMask(st, rows, kb, p.softcap, boundary, lo_rel + r0, hi_rel + r0);
-      OnlineSoftmax(st, rows, kb, m + r0, l + r0, alpha + r0);
-      // P as bf16 pairs of keys: ppack[k·rows + r] = (P[r][2k], P[r][2k+1]).
-      PackPPairs(st, rows, kb, ppack);
+      // P only as bf16 pairs of keys: ppack[k·rows + r] = (P[r][2k], P[r][2k+1]).
+      OnlineSoftmaxPairs(st, rows, kb, m + r0, l + r0, alpha + r0, 1.0f, ppack);
       float* o_pass = o + r0 * dv_pad;
       if (!boundary) {
         for (size_t r = 0; r < rows; r += BT::kPvMR)
@@ -231,8 +235,15 @@ void ForwardItemBf16(const Plan& plan, int64_t item) {
 }
 
 }  // namespace
-// The entry point the HWY_ONCE part hands out (external linkage, unique name).
+// The entry points the HWY_ONCE part hands out (external linkage, unique names).
 void Avx512Bf16ForwardItemImpl(const Plan& plan, int64_t item) { ForwardItemBf16(plan, item); }
+void Avx512Bf16Exp2Impl(const float* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + kBf16Lanes <= n; i += kBf16Lanes)
+    _mm512_storeu_ps(out + i, Exp2NonPositive(_mm512_loadu_ps(in + i)));
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+  _mm512_mask_storeu_ps(out + i, tail, Exp2NonPositive(_mm512_maskz_loadu_ps(tail, in + i)));
+}
 }  // namespace flash::cpu::HWY_NAMESPACE
 HWY_POP_ATTRIBUTES
 #endif  // HWY_TARGET == HWY_AVX3
@@ -254,6 +265,14 @@ std::string Avx512Bf16Missing() {
   return "";
 #else
   return "a compiler with AVX-512 (this build has no AVX3 code)";
+#endif
+}
+
+Exp2ArrayFn Avx512Bf16Exp2Array() {
+#if HWY_TARGETS & HWY_AVX3
+  return &N_AVX3::Avx512Bf16Exp2Impl;
+#else
+  return nullptr;
 #endif
 }
 

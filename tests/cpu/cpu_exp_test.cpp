@@ -1,6 +1,7 @@
 // Accuracy of the vectorised 2^x (backends/cpu/exp-inl.h) on every supported SIMD
-// target, against std::exp2 in double: the bound its header states, and the edge
-// values the softmax depends on (-inf -> 0, huge negative -> 0, 0 -> exactly 1, NaN).
+// target, and of the bf16 kernels' 2^x for x <= 0 (avx512bf16_softmax.h), against
+// std::exp2 in double: the bound each header states, and the edge values the softmax
+// depends on (-inf -> 0, huge negative -> 0, 0 -> exactly 1, NaN).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/avx512bf16.h"
 #include "backends/cpu/targets.h"
 
 namespace flash::cpu {
@@ -72,6 +74,43 @@ TEST_P(Exp2Test, ExactPowersOfTwo) {
   const std::vector<float> out = Run(in);
   for (size_t i = 0; i < in.size(); ++i)
     EXPECT_EQ(out[i], std::ldexp(1.0f, static_cast<int>(in[i]))) << "x = " << in[i];
+}
+
+// The bf16 kernels' softmax exponential (avx512bf16_softmax.h, Exp2NonPositive): 2^x for
+// x <= 0 with a degree-5 polynomial: <= 3 ulp, exact powers of two, and the edges the
+// softmax needs.
+TEST(Exp2NonPositive, WithinTwoUlpAndExactEdges) {
+  const Exp2ArrayFn exp2 = Avx512Bf16Exp2Array();
+  if (!Avx512Bf16Missing().empty() || exp2 == nullptr)
+    GTEST_SKIP() << "avx512bf16 unavailable: " << Avx512Bf16Missing();
+  std::vector<float> in;
+  for (double x = -126.0; x <= 0.0; x += 0.0037) in.push_back(static_cast<float>(x));
+  for (float x = -1.0f; x <= 0.0f; x += 1.0f / 4096) in.push_back(x);  // near the peak
+  for (int n = -126; n <= 0; ++n) in.push_back(static_cast<float>(n));
+  in.push_back(-0.0f);
+  std::vector<float> out(in.size(), -1.0f);
+  exp2(in.data(), out.data(), in.size());
+  double worst = 0;
+  float worst_x = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double u = Ulps(out[i], std::exp2(static_cast<double>(in[i])));
+    if (u > worst) {
+      worst = u;
+      worst_x = in[i];
+    }
+    if (in[i] == std::floor(in[i])) EXPECT_EQ(out[i], std::exp2(in[i])) << "x = " << in[i];
+  }
+  // 1.6e-7 relative is up to ~2.2 ulp where the result's mantissa is small; P is
+  // rounded to bf16 (2^-9) anyway, and l's relative error stays ~1e-7.
+  std::printf("Exp2NonPositive: max error %.2f ulp (at x = %g)\n", worst, worst_x);
+  EXPECT_LE(worst, 3.0) << "worst at x = " << worst_x;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {-inf, -1e30f, -150.0f, -127.0f, -126.75f, std::nanf("")};
+  std::vector<float> edge_out(edges.size(), -1.0f);
+  exp2(edges.data(), edge_out.data(), edges.size());  // also a partial vector
+  for (size_t i = 0; i + 1 < edges.size(); ++i)
+    EXPECT_EQ(edge_out[i], 0.0f) << "x = " << edges[i];  // masked scores: exactly +0
+  EXPECT_TRUE(std::isnan(edge_out.back()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, Exp2Test, ::testing::Range(size_t{0}, SupportedTargets().size()),
