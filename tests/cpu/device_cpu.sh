@@ -16,7 +16,7 @@
 #   items    S = 1k at 16 threads with 32 (default) and 128 minimum work items per call
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
 # Each step has a time limit; the whole script stays under 8 minutes. Logs under $OUT.
-# Usage (device, repo root, carry [".carry"]): bash tests/cpu/device_cpu.sh
+# Usage (device, repo root, carry [".carry"]): COMMIT=<sha> bash tests/cpu/device_cpu.sh
 #   STEPS="build tests suite speed items table" (default: all), THREADS=16, BUILD_DIR=build-cpu.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -38,8 +38,10 @@ in_time() {
   return 1
 }
 
+# The device copy may have no .git: COMMIT names the tree (compare_torch.py records it).
+export FLASHATTN_COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 {
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit $FLASHATTN_COMMIT"
   grep -m1 "model name" /proc/cpuinfo
   echo "cores: $(nproc); flags: $(grep -m1 -o -w -E 'avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   uname -r
