@@ -58,6 +58,9 @@ void ParallelFor(int64_t n, const Fn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// Threads a ParallelFor called here would use (1 inside an OpenMP parallel region).
+int64_t LoopThreads() { return omp_in_parallel() != 0 ? 1 : omp_get_max_threads(); }
+
 const char* DTypeName(int32_t dtype) {
   return dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
 }
@@ -104,7 +107,8 @@ struct CpuBackend {
     if (decision.path == Path::kBf16Tiles) t.forward_item = t.bf16_forward_item;
     if (detail::has_sequence_arrays(p)) return ForwardSequences(t, p, q, k, v, o);
     CallArgs args{&p, q, k, v, o, o, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-    const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses);
+    Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses);
+    plan.OrderForThreads(LoopThreads());  // item order only: results do not depend on it
     ParallelFor(plan.q_items(), [&](int64_t item) { t.forward_item(plan, item); });
   }
 
@@ -125,7 +129,8 @@ struct CpuBackend {
     // per-call memory of that size; nothing of size seqlen_q x seqlen_kv).
     std::vector<float> delta(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q));
     CallArgs args{&p, q, k, v, o, nullptr, dout, lse, dq, dk, dv, delta.data()};
-    const Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses, Plan::kMaxPasses);
+    Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses, Plan::kMaxPasses);
+    plan.OrderForThreads(LoopThreads());  // item order only: results do not depend on it
     ParallelFor(plan.delta_items(), [&](int64_t item) { t.backward_delta_item(plan, item); });
     if (p.seqlen_kv > 0)
       ParallelFor(plan.kv_items(), [&](int64_t item) { t.backward_kv_item(plan, item); });

@@ -113,8 +113,9 @@ struct Plan {
   static Plan Make(const CallArgs& a, const TargetTiles& t, int max_passes = 1,
                    int max_kv_blocks = 1) {
     const flash_problem& p = *a.p;
-    Plan plan{a, t, MaskRule::From(p),   p.heads_q / p.heads_kv, 0, 0, 0, 0,
-              0, 1, p.batch * p.heads_kv};
+    Plan plan{
+        a,  t, MaskRule::From(p), p.heads_q / p.heads_kv, 0, 0, 0, 0, 0, 1, p.batch * p.heads_kv,
+        {}, {}};
     for (int passes = max_passes; passes >= 1; passes /= 2) {
       const int64_t rows = static_cast<int64_t>(t.rows) * passes;
       plan.rows_per_head = std::max<int64_t>(1, std::min<int64_t>(rows / plan.group, p.seqlen_q));
@@ -134,14 +135,91 @@ struct Plan {
     return plan;
   }
 
-  // Items of one (batch, kv head) are consecutive, so the threads work through the
-  // same K/V at the same time (it stays in L2/L3), and within a head the last q blocks
-  // (the most expensive under a causal mask) come first: with a dynamic schedule the
-  // loop ends on the cheapest items.
+  // Item order: performance only (an item computes the same whatever its position, so
+  // results never depend on it). Head-major (q_order / kv_order empty): items of one
+  // (batch, kv head) are consecutive, so the threads work through the same K/V at the
+  // same time (it stays in L2/L3), and within a head the last q blocks (the most
+  // expensive under a causal mask) and the first K/V groups (seen by the most q rows)
+  // come first: with a dynamic schedule the loop ends on the cheapest items.
+  // Cost-major (OrderForThreads, when there are few items per thread): block by block
+  // in order of estimated cost, costliest first, each block across all heads —
+  // longest-first list scheduling. With 48 items on 16 threads (S = 1k, 16 heads) the
+  // head-major order leaves threads idle at the end (a cost model of the dynamic
+  // schedule: 89% busy non-causal, 80% causal; cost-major: 100%).
+  // FLASH_CPU_COST_ORDER=0 keeps head-major order always (for A/B measurements,
+  // tests/cpu/device_cpu.sh "items" step).
+  std::vector<int64_t> q_order, kv_order;  // block indices, costliest first; empty: head-major
+  static constexpr int64_t kHeadMajorItemsPerThread = 8;
+  static bool CostOrderEnabled() {
+    static const bool enabled = [] {
+      const char* env = std::getenv("FLASH_CPU_COST_ORDER");
+      return env == nullptr || std::atoi(env) != 0;
+    }();
+    return enabled;
+  }
+
+  void OrderForThreads(int64_t threads) {
+    q_order.clear();
+    kv_order.clear();
+    if (!CostOrderEnabled()) return;
+    const int64_t sq = a.p->seqlen_q;
+    // Visible (row, key) pairs of row i and of key j. lo and hi never decrease with the
+    // row, so the rows seeing key j are contiguous: [first with hi >= j, first with lo > j).
+    auto row_keys = [&](int64_t i) { return std::max<int64_t>(0, mask.hi(i) - mask.lo(i) + 1); };
+    auto first_row = [&](const auto& pred) {  // first row where pred turns true, or sq
+      int64_t lo = 0, hi = sq;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (pred(mid))
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      return lo;
+    };
+    auto key_rows = [&](int64_t j) {
+      const int64_t first = first_row([&](int64_t i) { return mask.hi(i) >= j; });
+      const int64_t end = first_row([&](int64_t i) { return mask.lo(i) > j; });
+      return std::max<int64_t>(0, end - first);
+    };
+    // Block indices by cost, descending; equal costs keep the head-major preference
+    // (later q blocks first, earlier K/V groups first).
+    auto by_cost = [](std::vector<int64_t>& order, const std::vector<int64_t>& cost,
+                      bool later_first) {
+      order.resize(cost.size());
+      for (size_t i = 0; i < cost.size(); ++i) order[i] = static_cast<int64_t>(i);
+      std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+        const size_t ux = static_cast<size_t>(x), uy = static_cast<size_t>(y);
+        if (cost[ux] != cost[uy]) return cost[ux] > cost[uy];
+        return later_first ? x > y : x < y;
+      });
+    };
+    if (q_items() < kHeadMajorItemsPerThread * threads) {
+      std::vector<int64_t> cost(static_cast<size_t>(q_blocks), 0);
+      for (int64_t i = 0; i < sq; ++i) cost[static_cast<size_t>(i / rows_per_head)] += row_keys(i);
+      by_cost(q_order, cost, /*later_first=*/true);
+    }
+    if (kv_items() < kHeadMajorItemsPerThread * threads) {
+      const int64_t keys = static_cast<int64_t>(tiles.keys);
+      std::vector<int64_t> cost(static_cast<size_t>(kv_groups), 0);
+      for (int64_t kb = 0; kb < kv_blocks; ++kb) {  // a tile's middle key x its keys
+        const int64_t j0 = kb * keys, n = std::min(keys, a.p->seqlen_kv - j0);
+        cost[static_cast<size_t>(kb / kv_per_item)] += key_rows(j0 + n / 2) * n;
+      }
+      by_cost(kv_order, cost, /*later_first=*/false);
+    }
+  }
+
   int64_t q_items() const { return bh * q_blocks; }
   void decode_q_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& qb) const {
-    qb = q_blocks - 1 - item % q_blocks;
-    const int64_t bhi = item / q_blocks;
+    int64_t bhi;
+    if (q_order.empty()) {
+      qb = q_blocks - 1 - item % q_blocks;
+      bhi = item / q_blocks;
+    } else {
+      qb = q_order[static_cast<size_t>(item / bh)];
+      bhi = item % bh;
+    }
     b = bhi / a.p->heads_kv;
     hkv = bhi % a.p->heads_kv;
   }
@@ -150,8 +228,14 @@ struct Plan {
   int64_t delta_items() const { return a.p->batch * a.p->heads_q; }
   // kb: first K/V tile of the item.
   void decode_kv_item(int64_t item, int64_t& b, int64_t& hkv, int64_t& kb) const {
-    kb = (item % kv_groups) * kv_per_item;  // causal: low kv blocks are seen by the most q rows
-    const int64_t bhi = item / kv_groups;
+    int64_t bhi;
+    if (kv_order.empty()) {
+      kb = (item % kv_groups) * kv_per_item;  // causal: low kv blocks are seen by the most q rows
+      bhi = item / kv_groups;
+    } else {
+      kb = kv_order[static_cast<size_t>(item / bh)] * kv_per_item;
+      bhi = item % bh;
+    }
     b = bhi / a.p->heads_kv;
     hkv = bhi % a.p->heads_kv;
   }

@@ -382,6 +382,7 @@ TEST_P(CpuBf16Kernel, BitwiseEqualAcrossThreadCounts) {
   const std::vector<uint8_t> one = run(1);
   EXPECT_TRUE(one == run(2)) << "2 threads differ";
   EXPECT_TRUE(one == run(3)) << "3 threads differ";
+  EXPECT_TRUE(one == run(8)) << "8 threads differ";  // cost-major item order
   EXPECT_TRUE(one == run(1)) << "repeat differs";
   omp_set_num_threads(saved);
 }

@@ -53,6 +53,8 @@ TEST(CpuDeterminism, BitwiseEqualAcrossThreadCounts) {
     const Outputs one = RunWithThreads(cs, 1);
     ExpectSame(one, RunWithThreads(cs, 2), "2 threads");
     ExpectSame(one, RunWithThreads(cs, 3), "3 threads");
+    // 8 threads: few items per thread, so the items run cost-major (Plan::OrderForThreads).
+    ExpectSame(one, RunWithThreads(cs, 8), "8 threads");
     ExpectSame(one, RunWithThreads(cs, 1), "repeat with 1 thread");
   }
   omp_set_num_threads(saved);

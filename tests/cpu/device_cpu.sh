@@ -13,7 +13,8 @@
 #            D = 64/128, S = 1k/4k, causal and not; then alternations of flash_cpu_speed
 #            at B=1 H=8 S=2048 D=128: bf16 amx vs avx512bf16, amx vs f32, bf16 vs f32
 #            backward
-#   items    S = 1k at 16 threads with 32 (default) and 128 minimum work items per call
+#   items    S = 1k at 16 threads: the default plan (32 items, cost-major order) against
+#            head-major order and against 128 items
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
 # Each step has a time limit; the whole script stays under 8 minutes. Logs under $OUT.
 # Usage (device, repo root, carry [".carry"]): COMMIT=<sha> bash tests/cpu/device_cpu.sh
@@ -52,7 +53,7 @@ if has build; then
   targets="flashattn_tests flash_cpu_target_test flash_cpu_bf16_kernel_test flash_cpu_amx_emulated_test flash_cpu_speed flashattn-compare"
   (cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=OFF \
      -DFLASHATTN_HIP=OFF -DFLASHATTN_TESTS=ON -DFLASHATTN_BENCH=ON &&
-    timeout 300 cmake --build $b -j"$(nproc)" --target $targets -- -k 0) > "$OUT/build.log" 2>&1
+    timeout "${BUILD_TIMEOUT:-300}" cmake --build $b -j"$(nproc)" --target $targets -- -k 0) > "$OUT/build.log" 2>&1
   echo "build rc=$? in $(($(date +%s) - t0)) s"
   grep -E "error|FAILED" "$OUT/build.log" | head -20
 fi
@@ -135,17 +136,20 @@ if has speed; then
   echo "speed: $(($(date +%s) - t0)) s"
 fi
 
-# Short sequences: work items per call (Plan::MinItems, FLASH_CPU_MIN_ITEMS) 32 (default)
-# against 128 (S = 1k, H = 16: 176 items of 96 rows instead of 48 of 384), separate
-# processes in the order A B B A, best of 3 forwards and 2 backwards each.
+# Short sequences: three plans at S = 1k, 16 heads, 16 threads, as separate processes
+# in the order A B C C B A, best of 3 forwards and 2 backwards each:
+#   32:1   the default: >= 32 items (48 of 384 rows), cost-major order (Plan::OrderForThreads)
+#   32:0   the same items, head-major order (FLASH_CPU_COST_ORDER=0: the order before)
+#   128:1  >= 128 items (176 of 96 rows: FLASH_CPU_MIN_ITEMS=128), cost-major order
 if has items; then
   t0=$(date +%s)
   for spec in "64 bf16@amx" "128 bf16@amx" "64 f32" "128 f32"; do
     set -- $spec
     in_time "items $spec" >&2 || continue
-    for n in 32 128 128 32; do
-      FLASH_CPU_MIN_ITEMS=$n OMP_NUM_THREADS=$THREADS timeout 30 $b/tests/cpu/flash_cpu_speed \
-        1 16 1024 "$1" "$2" 3 2>&1 | grep -E "threads: forward" | sed "s/^/items>=$n /"
+    for config in 32:1 32:0 128:1 128:1 32:0 32:1; do
+      FLASH_CPU_MIN_ITEMS=${config%:*} FLASH_CPU_COST_ORDER=${config#*:} OMP_NUM_THREADS=$THREADS \
+        timeout 30 $b/tests/cpu/flash_cpu_speed 1 16 1024 "$1" "$2" 3 2>&1 |
+        grep -E "threads: forward" | sed "s/^/$config /"
     done
   done | tee "$OUT/items.log" | awk '{print $1, $2, $6, $7, "forward", $11, "ms", $13, "GFLOP/s, backward", $21, "ms", $23, "GFLOP/s"}'
   echo "items: $(($(date +%s) - t0)) s"
