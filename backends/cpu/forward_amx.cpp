@@ -1,8 +1,8 @@
 // bf16 forward attention on AMX (tdpbf16ps: a 16 x 16 f32 tile += 16 x 32 bf16 times
 // 32 x 16 bf16), one work item; the amx target of the cpu backend.
 //
-// Algorithm: the forward of forward-inl.h (same Plan, items, passes, mask, online
-// softmax, whose helpers it calls) with both products on tiles, in the transposed
+// Algorithm: the forward of forward-inl.h (same Plan, items, passes, mask helpers) with
+// both products on tiles, in the transposed
 // orientation of the other CPU kernels (keys and head_dim columns are tile rows, query
 // rows are tile columns), so the softmax stays column-wise on Sᵀ and P needs no
 // transposition:
@@ -21,7 +21,7 @@
 //                 C tiles are loaded (skipped when every α of the pass is 1).
 //   Tiles are 16 x 64 bytes, configured once per item on the calling thread (tile state
 //   is per thread) and released at its end; 2 x 2 C tiles per block, so each A and B
-//   tile load feeds two products. Operands are zero-padded to whole tiles (keys to 32,
+//   tile load feeds two products. Operands are zero-padded to whole tiles (keys to 16,
 //   head_dim to 32, pairs of keys to 16).
 //   Masks: a masked key has P = 0 exactly, so on a boundary tile the blocked P·V adds
 //   exact zeros — unless that key's V holds inf/NaN (0·NaN is NaN). Tiles whose V has a
@@ -37,7 +37,7 @@
 // Run: build/tests/cpu/flash_cpu_bf16_kernel_test (real tiles; skips without AMX),
 // build/tests/cpu/flash_cpu_amx_emulated_test (this file compiled with
 // FLASH_AMX_EMULATE: tiles emulated in scalar C++, runs wherever AVX512-BF16 does);
-// FLASH_CPU_TARGET=amx OMP_NUM_THREADS=16 build/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16/f32 8.
+// OMP_NUM_THREADS=16 build/tests/cpu/flash_cpu_speed 1 8 2048 128 bf16@amx/f32 8.
 //
 // Compiled like forward_avx512bf16.cpp (its header says why): Highway's AVX3 target
 // only, avx512bf16 added to the kernel region's attributes; the tile instructions are
