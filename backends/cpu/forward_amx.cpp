@@ -2,10 +2,9 @@
 // 32 x 16 bf16), one work item; the amx target of the cpu backend.
 //
 // Algorithm: the forward of forward-inl.h (same Plan, items, passes, mask helpers) with
-// both products on tiles, in the transposed
-// orientation of the other CPU kernels (keys and head_dim columns are tile rows, query
-// rows are tile columns), so the softmax stays column-wise on Sᵀ and P needs no
-// transposition:
+// both products on tiles, in the transposed orientation of the other CPU kernels (keys
+// and head_dim columns are tile rows, query rows are tile columns), so the softmax
+// stays column-wise on Sᵀ and P needs no transposition:
 //   Sᵀ = K·Qᵀ     A = K rows as bf16 (pairs along head_dim are the words of a row),
 //                 B = Qᵀ as bf16 pairs along head_dim ([d/2][row], packed once per item),
 //                 C = Sᵀ tiles stored to the f32 score tile; scale·log2e is applied by
