@@ -2,9 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
-#include <sstream>
 
 extern "C" const flash_backend_module* flash_reference_module(void);
 #ifdef FLASHATTN_HAVE_CPU
@@ -26,10 +26,13 @@ std::string own_directory() {
 std::vector<std::string> module_directories() {
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("FLASH_BACKEND_PATH")) {
-    std::stringstream s(env);
-    std::string dir;
-    while (std::getline(s, dir, ':'))
-      if (!dir.empty()) dirs.push_back(dir);
+    // Split at ':' by hand (no iostreams in the library: see validate.cpp's str()).
+    const std::string list = env;
+    for (size_t begin = 0; begin <= list.size();) {
+      const size_t end = std::min(list.find(':', begin), list.size());
+      if (end > begin) dirs.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
+    }
   }
   dirs.push_back(own_directory());
   return dirs;

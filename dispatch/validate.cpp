@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <sstream>
+#include <cstdio>
 #include <string>
 
 #include "dispatch/registry.hpp"
@@ -20,10 +20,13 @@ namespace {
   throw Error("flash: " + field + " = " + value + " is invalid; " + allowed);
 }
 
+// Numbers and pointers in messages go through snprintf, not iostreams: a process may hold
+// a second (static) libstdc++ whose locale facets make `ostream << double` crash when it
+// was loaded first (seen under Python with torch 2.11 on the device; bench/RESULTS.md).
 std::string str(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", x);
+  return text;
 }
 
 int64_t checked_mul(int64_t a, int64_t b, const char* what) {
@@ -115,9 +118,9 @@ void require_pointer(const void* p, const TensorView& t, int32_t dtype) {
   // behaviour on every backend (GPU backends may require more; they check).
   const auto address = reinterpret_cast<uintptr_t>(p);
   if (address % dtype_bytes(dtype) != 0) {
-    std::ostringstream s;
-    s << p;
-    fail(t.name, s.str(),
+    char text[32];
+    std::snprintf(text, sizeof(text), "%p", p);
+    fail(t.name, text,
          "must be aligned to its element size (" + std::to_string(dtype_bytes(dtype)) + " bytes)");
   }
 }
