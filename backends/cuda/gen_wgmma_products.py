@@ -20,29 +20,29 @@ def acc_operands(n_regs):
     return ",\n      ".join(", ".join(ops[i:i + 8]) for i in range(0, n_regs, 8))
 
 
-def ss_macro(n):
+def product_macro(kind, n):
+    """FLASH_WGMMA_<kind>_N<n>(TY): A from shared memory (SS: descriptors desc_a, desc_b)
+    or from four registers (RS: a[0..3], desc_b); the operand numbering follows the
+    N/2 accumulators."""
     r = n // 2
-    return f'''#define FLASH_WGMMA_SS_N{n}(TY)                                                     \\
-  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"                           \\
+    if kind == "SS":
+        a_operand, pred, tail = f"%{r}, %{r + 1}", r + 2, f"%{r + 3}, %{r + 4}"
+        inputs = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB)'
+        pad = "          "
+    else:
+        a_operand, pred, tail = f"{{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}, %{r + 4}", r + 5, f"%{r + 6}"
+        inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB)'
+        pad = " "
+    return f'''#define FLASH_WGMMA_{kind}_N{n}(TY)                                                     \\
+  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{pred}, 0;\\n"                           \\
                "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "                    \\
-               "{{{acc_list(r)}}}, %{r}, %{r + 1}, p, 1, 1, %{r + 3}, %{r + 4};\\n}}\\n"          \\
+               "{{{acc_list(r)}}}, {a_operand}, p, 1, 1, {tail};\\n}}\\n"{pad}\\
                : {acc_operands(r).replace(chr(10), " " + chr(92) + chr(10))}                    \\
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
+               : {inputs})
 '''
 
 
-def rs_macro(n):
-    r = n // 2
-    return f'''#define FLASH_WGMMA_RS_N{n}(TY)                                                     \\
-  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 5}, 0;\\n"                           \\
-               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "                    \\
-               "{{{acc_list(r)}}}, {{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}, %{r + 4}, p, 1, 1, %{r + 6};\\n}}\\n" \\
-               : {acc_operands(r).replace(chr(10), " " + chr(92) + chr(10))}                    \\
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB))
-'''
-
-
-def dispatch(kind, params, call_args):
+def dispatch(kind):
     lines = []
     for i, n in enumerate(SHAPES):
         kw = "if constexpr" if i == 0 else "} else if constexpr"
@@ -61,15 +61,15 @@ def main():
            "// MN-major in shared memory. Included by wgmma_ops.cuh only.",
            ""]
     for n in SHAPES:
-        out.append(ss_macro(n))
-        out.append(rs_macro(n))
+        out.append(product_macro("SS", n))
+        out.append(product_macro("RS", n))
     out.append('''template <class T, int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int scale_d) {
 #if FLASH_WGMMA_AVAILABLE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kBf16 || std::is_same_v<T, __half>, "f16 or bf16 operands");
-''' + dispatch("SS", None, None) + '''
+''' + dispatch("SS") + '''
 #else
   __trap();
 #endif
@@ -81,7 +81,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #if FLASH_WGMMA_AVAILABLE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kBf16 || std::is_same_v<T, __half>, "f16 or bf16 operands");
-''' + dispatch("RS", None, None) + '''
+''' + dispatch("RS") + '''
 #else
   __trap();
 #endif
