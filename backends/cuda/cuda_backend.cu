@@ -515,7 +515,7 @@ struct CudaBackend {
       dp.dependent_launch = device.major >= 9;
       // Split partials live in the cached per-stream workspace, held until both kernels
       // are enqueued (another host thread on this stream must not reuse it in between).
-      LockedBuffer workspace;
+      LockedBuffer workspace, counters;
       if (dec.splits > 1) {
         const size_t slots =
             static_cast<size_t>(p.batch * p.heads_kv) * dec.row_chunks * dec.splits * dec.rows;
@@ -523,6 +523,10 @@ struct CudaBackend {
                                        sizeof(float) * slots * (dec.dim + 1));
         dp.part_o = static_cast<float*>(workspace.ptr);
         dp.part_lse = dp.part_o + slots * dec.dim;
+        counters = lock_device_buffer(
+            stream, BufferPurpose::counters,
+            sizeof(int) * static_cast<size_t>(p.batch * p.heads_kv) * dec.row_chunks);
+        dp.split_done = static_cast<int*>(counters.ptr);
       }
       switch (p.dtype) {
         case FLASH_F32:

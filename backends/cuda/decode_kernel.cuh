@@ -74,8 +74,18 @@ struct DecodeParams {
   int row_chunks;         // ceil(seqlen_q * group / kM)
   float* part_o;          // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
   float* part_lse;        // [batch, heads_kv, row_chunks, splits, kM], natural log
+  int* split_done;        // fold merge: splits finished per (sequence, kv head, row chunk);
+                          // zero between calls (the last block resets its counter)
   bool dependent_launch;  // sm_90: the combine is a programmatic dependent launch
 };
+
+// FLASH_DECODE_FOLD_MERGE=1: the last split block of a (sequence, kv head, row chunk) to
+// finish merges the splits itself (decode_merge_if_last), so a decode call is one
+// kernel; 0: a second kernel (decode_combine_kernel) merges them.
+#ifndef FLASH_DECODE_FOLD_MERGE
+#define FLASH_DECODE_FOLD_MERGE 1
+#endif
+constexpr bool kDecodeFoldMerge = FLASH_DECODE_FOLD_MERGE != 0;
 
 // Where row r (0 .. seqlen_q·group − 1) of a kv head's packed rows is: query token
 // r / group of query head kv_head·group + r % group.
@@ -159,6 +169,78 @@ __device__ __forceinline__ void allow_dependent_grids() {
 #endif
 }
 
+// The split merge folded into the split kernel (threadFenceReduction): every block of a
+// (sequence, kv head, row chunk) publishes its partial, then counts itself done; the
+// block that counts last merges all the unit's splits, lse = ln Σ exp(lse_s) and
+// o = Σ exp(lse_s − lse)·o_s, and resets the counter for the next call on the stream.
+// One warp per row; lane s holds split s's lse (kDecodeMaxSplits / 32 per lane), the
+// lanes own 32-column slices of o. Partials are read with ld.global.cg: L1 is not
+// coherent and may still hold a previous call's lines of the same workspace.
+template <class T, int D, int M, int W>
+__device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp,
+                                                     const SequenceRows& seq, int64_t b,
+                                                     int kv_head, int chunk, int rows_total) {
+  __shared__ bool is_last;
+  const FwdParams& p = dp.f;
+  const int64_t unit = (b * dp.heads_kv + kv_head) * dp.row_chunks + chunk;
+  __threadfence();  // this block's partial is visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    is_last = atomicAdd(dp.split_done + unit, 1) == dp.splits - 1;
+    if (is_last) dp.split_done[unit] = 0;  // every split of the unit has counted
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // the other blocks' partials, counted before us, are visible
+
+  constexpr int kPerLane = kDecodeMaxSplits / 32, kCols = D / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t part0 = unit * dp.splits;
+  for (int m = warp; m < M && chunk * M + m < rows_total; m += W) {
+    float l[kPerLane], w[kPerLane], mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int s = lane + 32 * i;
+      l[i] = s < dp.splits ? __ldcg(dp.part_lse + (part0 + s) * M + m) : -INFINITY;
+      mx = nan_max(mx, l[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const bool empty = mx == -INFINITY;  // no split saw a key: o = 0, lse = −inf
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      // A part with lse = −inf saw no key: it contributes nothing (its o is not read).
+      w[i] = empty || l[i] == -INFINITY ? 0.f : __expf(l[i] - mx);
+      sum += w[i];
+    }
+    sum = warp_sum(sum);
+    float o[kCols] = {};
+    if (!empty) {
+      const float* part_o = dp.part_o + (part0 * M + m) * D + lane;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+#pragma unroll 4
+        for (int t = 0; t < 32 && 32 * i + t < dp.splits; ++t) {
+          const float ws = __shfl_sync(0xffffffffu, w[i], t);
+          if (ws == 0.f) continue;  // warp-uniform
+          const float* src = part_o + (int64_t)(32 * i + t) * M * D;
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) o[c] = fmaf(ws, __ldcg(src + 32 * c), o[c]);
+        }
+    }
+    const DecodeRow row = decode_row(chunk * M + m, kv_head, p.group);
+    T* out = static_cast<T*>(p.o) + seq.o + (int64_t)row.i * p.o_stride[1] +
+             (int64_t)row.head * p.o_stride[2];
+    const float inv = empty ? 0.f : 1.f / sum;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (32 * c + lane < p.head_dim_v) out[32 * c + lane] = from_f32<T>(o[c] * inv);
+    if (lane == 0 && p.lse)
+      p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
+  }
+}
+
 // The block's last step, shared by the decode kernels: comb holds, per warp and row,
 // the unnormalised O (kDim floats), the row max (raw score units) and the row sum.
 // Combines the warps; one split writes o and lse, more write the split's f32 partial.
@@ -201,6 +283,8 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, co
       if (d == 0) dp.part_lse[part * M + m] = lse;
     }
   }
+  if (kDecodeFoldMerge && dp.splits > 1)
+    decode_merge_if_last<T, D, M, W>(dp, seq, b, kv_head, chunk, rows_total);
 }
 
 template <class T, class S>

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     __syncwarp();  // this stage is refilled by a later load_tile
   }
   cp_async_wait<0>();
-  allow_dependent_grids();             // the combine's blocks may be scheduled now
+  allow_dependent_grids();  // the combine's blocks may be scheduled now
 
   // ---- combine the warps in shared memory: O, max, sum per row ------------------------
   __syncthreads();                               // every warp is done with its ring
@@ -341,7 +341,7 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       part.f.batch_offset = b0;
       const int n = std::min(batch - b0, 65535);
       kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
-      if (dp.splits > 1) {
+      if (dp.splits > 1 && !kDecodeFoldMerge) {
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(rows_per_block * dp.heads_kv * dp.row_chunks, n);
         cfg.blockDim = dim3(kCombineThreads);

@@ -30,8 +30,9 @@ Buffer& buffer_entry(cudaStream_t stream, BufferPurpose purpose) {
   return buffers()[{device, stream, static_cast<int>(purpose)}];  // map nodes are stable
 }
 
-// Grows b to at least `bytes`; the caller serialises access to b.
-void* grow(Buffer& b, cudaStream_t stream, size_t bytes) {
+// Grows b to at least `bytes` (zero-filled on the stream when `zero`); the caller
+// serialises access to b.
+void* grow(Buffer& b, cudaStream_t stream, size_t bytes, bool zero) {
   if (b.bytes >= bytes && b.ptr != nullptr) return b.ptr;
   const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);  // amortise growth
   if (b.ptr != nullptr) check_cuda(cudaFreeAsync(b.ptr, stream), "cudaFreeAsync (scratch)");
@@ -39,6 +40,7 @@ void* grow(Buffer& b, cudaStream_t stream, size_t bytes) {
   b.bytes = 0;
   check_cuda(cudaMallocAsync(&b.ptr, grown, stream), "cudaMallocAsync (scratch)");
   b.bytes = grown;
+  if (zero) check_cuda(cudaMemsetAsync(b.ptr, 0, grown, stream), "cudaMemsetAsync (counters)");
   return b.ptr;
 }
 }  // namespace
@@ -46,14 +48,14 @@ void* grow(Buffer& b, cudaStream_t stream, size_t bytes) {
 void* cached_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes) {
   Buffer& b = buffer_entry(stream, purpose);
   std::lock_guard<std::mutex> lock(b.user);
-  return grow(b, stream, bytes);
+  return grow(b, stream, bytes, purpose == BufferPurpose::counters);
 }
 
 LockedBuffer lock_device_buffer(cudaStream_t stream, BufferPurpose purpose, size_t bytes) {
   Buffer& b = buffer_entry(stream, purpose);
   LockedBuffer out;
   out.lock = std::unique_lock<std::mutex>(b.user);
-  out.ptr = grow(b, stream, bytes);
+  out.ptr = grow(b, stream, bytes, purpose == BufferPurpose::counters);
   return out;
 }
 

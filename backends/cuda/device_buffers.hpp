@@ -10,7 +10,9 @@
 
 namespace flash::cuda {
 
-enum class BufferPurpose { staging = 0, workspace = 1 };
+// counters: zero-filled when (re)allocated; kernels that use them leave them zero (the
+// decode kernel's split counters, reset by the block that counts last).
+enum class BufferPurpose { staging = 0, workspace = 1, counters = 2 };
 
 // Returns at least `bytes` of device memory, 256-byte aligned, valid for work queued on
 // `stream` until the next call with the same (device, stream, purpose).

@@ -51,7 +51,9 @@ script_rc=$?
 cat "$out/flash_attn_script.log"
 
 bench_rc=0
-for mode in "" "--backward"; do
+# BENCH=0 skips the compat timings (a correctness-only run).
+for mode in $([ "${BENCH:-1}" = 0 ] || echo "fwd --backward"); do
+  [ "$mode" = fwd ] && mode=""
   name=bench_compat${mode:+_bwd}
   timeout 600 $py python/bench_compat.py $mode --commit "$commit" --json "$out/$name.json" > "$out/$name.md" 2>&1 \
     || bench_rc=1

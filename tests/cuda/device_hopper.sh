@@ -6,7 +6,7 @@
 # torch (decode: compare_torch.py --decode, which also checks each problem against the
 # reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
 # Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench ncu ncufwd decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench decodeab ncu ncufwd decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -94,6 +94,22 @@ fi
 if has decodebench; then
   timeout 150 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
     --page 0 64 2>&1 | tee "$OUT/decodebench.log"
+fi
+# decodeab: decode GB/s of this tree and variant builds (AB), alternating, each timed with
+# and without FLASH_BENCH_GATE (whether host enqueue time leaks into the GPU timing).
+if has decodeab; then
+  for round in $(seq ${ROUNDS:-2}); do
+    for v in ${AB:-new variant}; do
+      m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
+      [ -n "$m" ] || continue
+      for gate in 0 1; do
+        FLASH_BENCH_GATE=$gate FLASH_BACKEND_PATH=$(dirname "$m") timeout 120 \
+          $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
+          --batch 1 8 --keys ${DECODE_KEYS:-8192 32768 131072} --page ${DECODE_PAGES:-0} 2>&1 |
+          sed "s/^| cuda /| $v gate$gate /" | tee -a "$OUT/decodeab.log" | grep -E "^\| $v" | cut -d'|' -f2,4,7,8,10-13
+      done
+    done
+  done
 fi
 # ncu: kernel time and DRAM throughput of the decode kernels (split + combine) at B = 1,
 # to tell kernel time from launch gaps.
