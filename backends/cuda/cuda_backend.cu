@@ -354,7 +354,7 @@ DecodePlan decode_plan(const flash_problem& p, int sms, int smem_optin) {
   // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
   const int64_t units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
   const int64_t per_sm = std::max(1, smem_optin / std::max(1, d.shape.smem_bytes));
-  const int64_t wave = static_cast<int64_t>(sms) * per_sm;
+  const int64_t wave = static_cast<int64_t>(sms) * per_sm * kDecodeWaves;
   const int64_t want = std::max<int64_t>(1, wave / units);
   const int64_t by_keys = std::max<int64_t>(
       1, p.seqlen_kv /

@@ -19,6 +19,11 @@ constexpr int kDecodeMaxRows = 4 * kDecodeRowsLarge;
 // Key splits per (sequence, kv head, row chunk): one wave of resident blocks,
 // each split at least kDecodeMinTilesPerWarp key tiles per warp.
 constexpr int kDecodeMaxSplits = 128;
+// Waves of resident blocks the splits fill (tuning builds: FLASH_DECODE_WAVES).
+#ifndef FLASH_DECODE_WAVES
+#define FLASH_DECODE_WAVES 1
+#endif
+constexpr int kDecodeWaves = FLASH_DECODE_WAVES;
 constexpr int kDecodeMinTilesPerWarp = 4;
 
 // Padded head dim of the decode kernel: 64, 128 or 256.

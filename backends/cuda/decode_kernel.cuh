@@ -173,18 +173,22 @@ __device__ __forceinline__ void allow_dependent_grids() {
 // (sequence, kv head, row chunk) publishes its partial, then counts itself done; the
 // block that counts last merges all the unit's splits, lse = ln Σ exp(lse_s) and
 // o = Σ exp(lse_s − lse)·o_s, and resets the counter for the next call on the stream.
-// One warp per row; lane s holds split s's lse (kDecodeMaxSplits / 32 per lane), the
-// lanes own 32-column slices of o. Partials are read with ld.global.cg: L1 is not
-// coherent and may still hold a previous call's lines of the same workspace.
+// One warp per row: lane s holds split s's lse (kDecodeMaxSplits / 32 per lane), the
+// weights go to shared memory (`scratch`, the block's combine area, free by now), and
+// the lanes own 32-column slices of o, loading kMergeBatch splits' slices before using
+// any (independent L2 round trips, not a chain). Partials are read with ld.global.cg: L1
+// is not coherent and may still hold a previous call's lines of the same workspace.
+constexpr int kMergeBatch = 8;
 template <class T, int D, int M, int W>
-__device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp,
+__device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp, float* scratch,
                                                      const SequenceRows& seq, int64_t b,
                                                      int kv_head, int chunk, int rows_total) {
+  static_assert(M * (D + 2) >= kDecodeMaxSplits, "a warp's weights fit in its combine area");
   __shared__ bool is_last;
   const FwdParams& p = dp.f;
   const int64_t unit = (b * dp.heads_kv + kv_head) * dp.row_chunks + chunk;
   __threadfence();  // this block's partial is visible device-wide before it is counted
-  __syncthreads();
+  __syncthreads();  // (also: every thread is done reading the combine area)
   if (threadIdx.x == 0) {
     is_last = atomicAdd(dp.split_done + unit, 1) == dp.splits - 1;
     if (is_last) dp.split_done[unit] = 0;  // every split of the unit has counted
@@ -194,14 +198,15 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp,
   __threadfence();  // the other blocks' partials, counted before us, are visible
 
   constexpr int kPerLane = kDecodeMaxSplits / 32, kCols = D / 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t part0 = unit * dp.splits;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, splits = dp.splits;
+  const int64_t part0 = unit * splits;
+  float* weight = scratch + warp * M * (D + 2);
   for (int m = warp; m < M && chunk * M + m < rows_total; m += W) {
-    float l[kPerLane], w[kPerLane], mx = -INFINITY;
+    float l[kPerLane], mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int s = lane + 32 * i;
-      l[i] = s < dp.splits ? __ldcg(dp.part_lse + (part0 + s) * M + m) : -INFINITY;
+      l[i] = s < splits ? __ldcg(dp.part_lse + (part0 + s) * M + m) : -INFINITY;
       mx = nan_max(mx, l[i]);
     }
 #pragma unroll
@@ -210,25 +215,30 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp,
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      // A part with lse = −inf saw no key: it contributes nothing (its o is not read).
-      w[i] = empty || l[i] == -INFINITY ? 0.f : __expf(l[i] - mx);
-      sum += w[i];
+      // A part with lse = −inf saw no key: weight 0 (its partial o holds zeros).
+      const float w = empty || l[i] == -INFINITY ? 0.f : __expf(l[i] - mx);
+      if (lane + 32 * i < splits) weight[lane + 32 * i] = w;
+      sum += w;
     }
     sum = warp_sum(sum);
+    __syncwarp();
     float o[kCols] = {};
-    if (!empty) {
-      const float* part_o = dp.part_o + (part0 * M + m) * D + lane;
+    const float* part_o = dp.part_o + (part0 * M + m) * D + lane;
+    for (int s0 = 0; s0 < splits && !empty; s0 += kMergeBatch) {
+      float v[kMergeBatch][kCols];
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i)
-#pragma unroll 4
-        for (int t = 0; t < 32 && 32 * i + t < dp.splits; ++t) {
-          const float ws = __shfl_sync(0xffffffffu, w[i], t);
-          if (ws == 0.f) continue;  // warp-uniform
-          const float* src = part_o + (int64_t)(32 * i + t) * M * D;
+      for (int j = 0; j < kMergeBatch; ++j)
 #pragma unroll
-          for (int c = 0; c < kCols; ++c) o[c] = fmaf(ws, __ldcg(src + 32 * c), o[c]);
-        }
+        for (int c = 0; c < kCols; ++c)
+          v[j][c] = s0 + j < splits ? __ldcg(part_o + (int64_t)(s0 + j) * M * D + 32 * c) : 0.f;
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) {
+        const float w = s0 + j < splits ? weight[s0 + j] : 0.f;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) o[c] = fmaf(w, v[j][c], o[c]);
+      }
     }
+    __syncwarp();  // weights read before the next row overwrites them
     const DecodeRow row = decode_row(chunk * M + m, kv_head, p.group);
     T* out = static_cast<T*>(p.o) + seq.o + (int64_t)row.i * p.o_stride[1] +
              (int64_t)row.head * p.o_stride[2];
@@ -245,7 +255,7 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp,
 // the unnormalised O (kDim floats), the row max (raw score units) and the row sum.
 // Combines the warps; one split writes o and lse, more write the split's f32 partial.
 template <class T, int D, int M, int W>
-__device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, const float* comb,
+__device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, float* comb,
                                                       const SequenceRows& seq, int64_t b,
                                                       int kv_head, int chunk, int split,
                                                       int rows_total, float mult) {
@@ -284,7 +294,7 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, co
     }
   }
   if (kDecodeFoldMerge && dp.splits > 1)
-    decode_merge_if_last<T, D, M, W>(dp, seq, b, kv_head, chunk, rows_total);
+    decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
 }
 
 template <class T, class S>

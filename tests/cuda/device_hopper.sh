@@ -125,10 +125,12 @@ fi
 # lines where warps stall), and that kernel's SASS, for reading off the device.
 if has ncufwd; then
   rep="$OUT/ncufwd"
-  timeout 240 ncu --clock-control none --kernel-name regex:fwd_wgmma --launch-skip 2 --launch-count 1 \
+  # NCU_KERNEL / NCU_RUN profile another kernel the same way (e.g. decode_mma and
+  # "$b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 --queries 1 --page 0 --iters 3").
+  timeout 240 ncu --clock-control none --kernel-name regex:${NCU_KERNEL:-fwd_wgmma} --launch-skip 2 --launch-count 1 \
     --set full --import-source no -o "$rep" -f \
-    $b/tests/cuda/cuda_module_bench "$mod" --dtype bf16 --dims ${NCU_DIM:-128} --seqlens ${NCU_S:-4096} \
-    --iters 3 > "$OUT/ncufwd-run.log" 2>&1
+    ${NCU_RUN:-$b/tests/cuda/cuda_module_bench "$mod" --dtype bf16 --dims ${NCU_DIM:-128} --seqlens ${NCU_S:-4096} --iters 3} \
+    > "$OUT/ncufwd-run.log" 2>&1
   echo "ncufwd rc=$?"
   # Stall reasons (raw metrics), the SASS with per-instruction samples, then the report is
   # dropped (too large to bring back).
@@ -140,7 +142,9 @@ names, units, vals = rows[0], rows[1], rows[2]
 for n, v in zip(names, vals):
     if ("issue_stalled" in n and n.endswith("per_warp_active.pct")) or n in (
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-        "smsp__inst_executed.sum", "sm__cycles_elapsed.avg", "smsp__issue_active.avg.pct_of_peak_sustained_active"):
+        "smsp__inst_executed.sum", "sm__cycles_elapsed.avg", "smsp__issue_active.avg.pct_of_peak_sustained_active",
+        "sm__cycles_active.avg", "gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__bytes_read.sum", "lts__t_sectors_srcunit_tex_op_read.sum"):
         try:
             if float(v.replace(",", "")) > 0.5: print(f"{v:>14} {n}")
         except ValueError:
