@@ -102,7 +102,7 @@ if has decodeab; then
     for v in ${AB:-new variant}; do
       m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
       [ -n "$m" ] || continue
-      for gate in 0 1; do
+      for gate in ${GATES:-0 1}; do
         FLASH_BENCH_GATE=$gate FLASH_BACKEND_PATH=$(dirname "$m") timeout 120 \
           $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
           --batch 1 8 --keys ${DECODE_KEYS:-8192 32768 131072} --page ${DECODE_PAGES:-0} 2>&1 |
