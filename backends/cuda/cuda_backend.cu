@@ -512,9 +512,9 @@ struct CudaBackend {
       dp.heads_kv = static_cast<int>(p.heads_kv);
       dp.splits = dec.splits;
       dp.row_chunks = dec.row_chunks;
-      dp.dependent_launch = device.major >= 9;
-      // Split partials live in the cached per-stream workspace, held until both kernels
-      // are enqueued (another host thread on this stream must not reuse it in between).
+      // Split partials live in the cached per-stream workspace and the split counters in
+      // the zeroed counter buffer, both held until the kernel is enqueued (another host
+      // thread on this stream must not reuse them in between).
       LockedBuffer workspace, counters;
       if (dec.splits > 1) {
         const size_t slots =

@@ -1,6 +1,6 @@
 // Split-KV decode forward (flash-decoding) for few query rows against long, possibly
 // paged, KV caches: the f32 kernel (plain FMAs) and what both decode kernels share
-// (DecodeParams, the block epilogue, the split combine). choose() takes the decode path
+// (DecodeParams, the block epilogue, the split merge). choose() takes the decode path
 // when seqlen_q x (heads_q / heads_kv) <= kDecodeMaxRows and for every paged cache;
 // f16/bf16 run decode_mma_kernel.cuh.
 //
@@ -12,8 +12,9 @@
 // lane j computes the scores of key j against the kM rows (Q in shared memory as f32),
 // the warp keeps an online softmax per row, and P·V is accumulated with each lane
 // owning head_dim/32 output columns. The block's warps are combined in shared memory;
-// with one split the block writes o and lse, else an f32 partial (o normalised, lse)
-// that decode_combine_kernel merges on the device (no host round trip).
+// with one split the block writes o and lse, else an f32 partial (o normalised, lse),
+// and the last block of the (sequence, kv head, row chunk) to finish merges the splits
+// (decode_merge_if_last: one kernel per call, no host round trip).
 // Paged K/V: lane j looks up the page of key j once per tile and the warp shares the
 // row offsets through shuffles; page ids outside [0, num_pages) read nothing (the key is
 // masked), lengths are clamped to the declared maxima (sequence.cuh).
@@ -70,22 +71,13 @@ struct DecodeParams {
   const int* block_table;  // null: contiguous K/V
   int64_t page_size, pages_per_seq, num_pages;
   int heads_kv;
-  int splits;             // key splits per (sequence, kv head, row chunk)
-  int row_chunks;         // ceil(seqlen_q * group / kM)
-  float* part_o;          // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
-  float* part_lse;        // [batch, heads_kv, row_chunks, splits, kM], natural log
-  int* split_done;        // fold merge: splits finished per (sequence, kv head, row chunk);
-                          // zero between calls (the last block resets its counter)
-  bool dependent_launch;  // sm_90: the combine is a programmatic dependent launch
+  int splits;       // key splits per (sequence, kv head, row chunk)
+  int row_chunks;   // ceil(seqlen_q * group / kM)
+  float* part_o;    // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
+  float* part_lse;  // [batch, heads_kv, row_chunks, splits, kM], natural log
+  int* split_done;  // splits > 1: splits finished per (sequence, kv head, row chunk);
+                    // zero between calls (the last block resets its counter)
 };
-
-// FLASH_DECODE_FOLD_MERGE=1: the last split block of a (sequence, kv head, row chunk) to
-// finish merges the splits itself (decode_merge_if_last), so a decode call is one
-// kernel; 0: a second kernel (decode_combine_kernel) merges them.
-#ifndef FLASH_DECODE_FOLD_MERGE
-#define FLASH_DECODE_FOLD_MERGE 1
-#endif
-constexpr bool kDecodeFoldMerge = FLASH_DECODE_FOLD_MERGE != 0;
 
 // Where row r (0 .. seqlen_q·group − 1) of a kv head's packed rows is: query token
 // r / group of query head kv_head·group + r % group.
@@ -155,21 +147,9 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// Waits until the grids this one depends on (launched with programmatic stream
-// serialisation) have finished and their writes are visible; a no-op otherwise.
-__device__ __forceinline__ void wait_for_prior_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-// Lets the dependent grid (the combine) be scheduled before this grid has finished.
-__device__ __forceinline__ void allow_dependent_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// The split merge folded into the split kernel (threadFenceReduction): every block of a
+// The split merge, folded into the split kernel (threadFenceReduction pattern; measured
+// against a second, programmatically dependent merge kernel: +2 % at B = 1, 8k keys,
+// equal elsewhere, bench/RESULTS.md): every block of a
 // (sequence, kv head, row chunk) publishes its partial, then counts itself done; the
 // block that counts last merges all the unit's splits, lse = ln Σ exp(lse_s) and
 // o = Σ exp(lse_s − lse)·o_s, and resets the counter for the next call on the stream.
@@ -293,8 +273,7 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
       if (d == 0) dp.part_lse[part * M + m] = lse;
     }
   }
-  if (kDecodeFoldMerge && dp.splits > 1)
-    decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
+  if (dp.splits > 1) decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
 }
 
 template <class T, class S>
@@ -477,7 +456,6 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
     __syncwarp();  // p_s and this stage are reused by the next tiles
   }
   cp_async_wait<0>();
-  allow_dependent_grids();  // the combine's blocks may be scheduled now
 
   // ---- combine the warps: max, sum and O of each row ----------------------------------
   __syncthreads();                               // every warp is done with its ring: reuse it
@@ -495,74 +473,6 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
   }
   __syncthreads();
   decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
-}
-
-// Merges the splits of each row: lse = ln Σ exp(lse_s), o = Σ exp(lse_s − lse)·o_s.
-// One block per (row, kv head · row chunk, sequence). Thread s loads lse of split s (all
-// at once: a loop over the splits was a chain of dependent L2 round trips, 8.8 µs of
-// ncu time at B = 1, 16 splits, as long as 40 % of the split kernel), the block reduces
-// max and sum, then threads over head_dim_v sum the splits' partials with independent,
-// coalesced loads. Launched as a programmatic dependent of the split kernel (sm_90):
-// its blocks are scheduled while the split kernel drains and wait in
-// griddepcontrol.wait until its results are visible.
-constexpr int kCombineThreads = kDecodeMaxSplits;
-static_assert(kCombineThreads % 32 == 0 && kCombineThreads <= 1024, "whole warps per block");
-
-// max / sum over the block (kCombineThreads threads); `scratch` holds one float per warp.
-template <bool kMax>
-__device__ __forceinline__ float combine_block_reduce(float x, float* scratch) {
-  constexpr int kWarpsPerBlock = kCombineThreads / 32;
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, o);
-    x = kMax ? nan_max(x, y) : x + y;
-  }
-  __syncthreads();  // scratch is reused by consecutive reductions
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  x = scratch[0];
-#pragma unroll
-  for (int w = 1; w < kWarpsPerBlock; ++w) x = kMax ? nan_max(x, scratch[w]) : x + scratch[w];
-  return x;
-}
-
-template <class T, int kDim, int kM>
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const DecodeParams dp) {
-  __shared__ float lse_of[kCombineThreads], weight_of[kCombineThreads], scratch[32];
-  wait_for_prior_grids();
-  const FwdParams& p = dp.f;
-  const int m = blockIdx.x % kM, unit = blockIdx.x / kM;
-  const int kv_head = unit % dp.heads_kv, chunk = unit / dp.heads_kv;
-  const int64_t b = (int64_t)blockIdx.y + p.batch_offset;
-  const SequenceRows seq = sequence_rows(p, b, 0);
-  const int rows_total = seq.mask.seqlen_q * p.group, r = chunk * kM + m;
-  if (r >= rows_total) return;  // block-uniform
-  const int64_t part0 = ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits;
-  const int s = threadIdx.x;  // dp.splits <= kDecodeMaxSplits == blockDim.x
-  const float l = s < dp.splits ? dp.part_lse[(part0 + s) * kM + m] : -INFINITY;
-  const float mx = combine_block_reduce<true>(l, scratch);  // NaN if any part is NaN
-  const bool empty = mx == -INFINITY;
-  // A part with lse = −inf saw no key: it contributes nothing (its o is not read).
-  const float w = empty || l == -INFINITY ? 0.f : __expf(l - mx);
-  const float sum = combine_block_reduce<false>(w, scratch);
-  lse_of[s] = l;
-  weight_of[s] = w / sum;
-  __syncthreads();
-  const DecodeRow row = decode_row(r, kv_head, p.group);
-  T* out = static_cast<T*>(p.o) + seq.o + (int64_t)row.i * p.o_stride[1] +
-           (int64_t)row.head * p.o_stride[2];
-  const float* part_o = dp.part_o + (part0 * kM + m) * kDim;
-  for (int d = threadIdx.x; d < p.head_dim_v; d += kCombineThreads) {
-    float o = 0.f;
-    if (!empty) {
-#pragma unroll 8
-      for (int j = 0; j < dp.splits; ++j)
-        if (lse_of[j] != -INFINITY) o += weight_of[j] * part_o[(int64_t)j * kM * kDim + d];
-    }
-    out[d] = from_f32<T>(o);
-  }
-  if (threadIdx.x == 0 && p.lse)
-    p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
 }
 
 }  // namespace flash::cuda

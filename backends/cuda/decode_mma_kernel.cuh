@@ -11,7 +11,7 @@
 // offsets through shuffles). A tile where some (row, key) pair is masked and V holds a
 // NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never reaches a row.
 // Warps are combined in shared memory; one split writes o/lse, more write f32 partials
-// merged by decode_combine_kernel.
+// that the unit's last block merges (decode_merge_if_last).
 // Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the forward kernels).
 // Speed: bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_mma_* kernels.
 #pragma once
@@ -295,7 +295,6 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     __syncwarp();  // this stage is refilled by a later load_tile
   }
   cp_async_wait<0>();
-  allow_dependent_grids();  // the combine's blocks may be scheduled now
 
   // ---- combine the warps in shared memory: O, max, sum per row ------------------------
   __syncthreads();                               // every warp is done with its ring
@@ -334,25 +333,13 @@ void allow_dynamic_smem_once(int bytes) {
 // f32 on the plain-FMA decode_split_kernel (rows per block 4 or 16, decode.hpp).
 template <class T>
 void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream) {
-  // Sequences on grid z (and y of the combine), in launches of at most 65535.
-  const auto run = [&](auto kernel, int threads, int smem, auto combine, int rows_per_block) {
+  // Sequences on grid z, in launches of at most 65535.
+  const auto run = [&](auto kernel, int threads, int smem) {
     for (int b0 = 0; b0 < batch; b0 += 65535) {
       DecodeParams part = dp;
       part.f.batch_offset = b0;
       const int n = std::min(batch - b0, 65535);
       kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
-      if (dp.splits > 1 && !kDecodeFoldMerge) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(rows_per_block * dp.heads_kv * dp.row_chunks, n);
-        cfg.blockDim = dim3(kCombineThreads);
-        cfg.stream = stream;
-        cudaLaunchAttribute dependent{};
-        dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        dependent.val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = &dependent;
-        cfg.numAttrs = dp.dependent_launch ? 1 : 0;
-        cudaLaunchKernelEx(&cfg, combine, part);  // errors: cudaGetLastError by the caller
-      }
     }
   };
   const auto shape = [&](auto dim_tag, auto rows_tag) {
@@ -361,13 +348,11 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       constexpr int kM = decltype(rows_tag)::value;
       using S = DecodeShape<T, kD, kM>;
       allow_dynamic_smem_once<decode_split_kernel<T, S>>(S::kSmemBytes);
-      run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, kM>,
-          kM);
+      run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes);
     } else {
       using S = DecodeMmaShape<T, kD>;
       allow_dynamic_smem_once<decode_mma_kernel<T, S>>(S::kSmemBytes);
-      run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes, decode_combine_kernel<T, kD, S::kM>,
-          S::kM);
+      run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes);
     }
   };
   using Small = std::integral_constant<int, kDecodeRowsSmall>;

@@ -5,7 +5,7 @@
 // repeated reads). Parts with lse = −inf add nothing; all −inf gives o = 0, lse = −inf.
 // Tolerance class: f32 arithmetic, one rounding to the storage dtype.
 // Speed: bandwidth-bound, not tuned (the decode path merges its own splits in
-// decode_combine_kernel). Run: flash::merge_partials with device pointers.
+// decode_merge_if_last in decode_kernel.cuh). Run: flash::merge_partials with device pointers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
