@@ -1,6 +1,6 @@
-// The amx target of the CPU backend: a bf16 forward whose two products run on AMX
-// tiles (tdpbf16ps; forward_amx.cpp), beside the Highway targets. Plain C++: this
-// header is read by code that runs on any x86-64 CPU.
+// The amx target of the CPU backend: a bf16 forward and backward whose products run on
+// AMX tiles (tdpbf16ps; forward_amx.cpp, backward_amx.cpp), beside the Highway targets.
+// Plain C++: this header is read by code that runs on any x86-64 CPU.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,7 @@
 
 namespace flash::cpu {
 
-// The tile shapes of the AMX forward. Every tile is configured once to the largest
+// The tile shapes of the AMX kernels. Every tile is configured once to the largest
 // shape (16 rows of 64 bytes) and operands are zero-padded to whole tiles, so one
 // ldtilecfg per work item serves every product.
 struct AmxTiles {
@@ -63,5 +63,10 @@ std::string AmxMissing();
 // nullptr when this build compiled no AVX-512 code. It takes the problems
 // Avx512Bf16Declines() accepts.
 ForwardItemFn AmxForwardItem();
+
+// The AMX backward's dK/dV and dQ work items (backward_amx.cpp; the delta pass stays on
+// the avx512 kernels), or nullptr without AVX-512 code; same problems as the forward.
+ItemFn AmxBackwardKvItem();
+ItemFn AmxBackwardQItem();
 
 }  // namespace flash::cpu

@@ -1,5 +1,5 @@
 // Scalar emulation of the AMX tile instructions of amx_tile_ops.h, for the test build
-// only (FLASH_AMX_EMULATE; flash_cpu_amx_emulated_test): the AMX forward's packing,
+// only (FLASH_AMX_EMULATE; flash_cpu_amx_emulated_test): the AMX kernels' packing,
 // tile blocking and indexing then run on CPUs without AMX and are checked against the
 // fp64 oracle; the real instructions are checked on a machine with AMX.
 //

@@ -1,5 +1,6 @@
-// The AMX tile instructions the AMX forward uses (forward_amx.cpp), as inline
-// functions: ldtilecfg, tilerelease, tilezero, tileloadd, tilestored, tdpbf16ps.
+// The AMX tile instructions the AMX kernels use (forward_amx.cpp, backward_amx.cpp;
+// through amx_gemm.h), as inline functions: ldtilecfg, tilerelease, tilezero,
+// tileloadd, tilestored, tdpbf16ps.
 //
 // Written as inline asm rather than the _tile_* intrinsics: GCC's _tile_* macros
 // stringify their tile-number argument (so a template parameter cannot name a tile)

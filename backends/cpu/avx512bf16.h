@@ -58,7 +58,7 @@ Exp2ArrayFn Avx512Bf16Exp2Array();
 
 // The backward's dK/dV and dQ work items on vdpbf16ps (backward_avx512bf16.cpp; the
 // delta pass stays on the avx512 kernels), or nullptr without AVX-512 code. They take
-// the problems Avx512Bf16Declines() accepts; the amx target runs them too.
+// the problems Avx512Bf16Declines() accepts (the amx target has its own, amx.h).
 ItemFn Avx512Bf16BackwardKvItem();
 ItemFn Avx512Bf16BackwardQItem();
 

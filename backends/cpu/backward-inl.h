@@ -41,16 +41,19 @@ HWY_BEFORE_NAMESPACE();
 namespace flash::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// On entry st = Sᵀ (natural units) and dpt = dPᵀ, rows [0, k_rows); on exit st = Pᵀ and
-// dpt = dSᵀ (masked entries and rows >= kb are exactly 0 in both).
+// On entry st = Sᵀ / s_scale (s_scale·st in natural units: kernels whose products
+// cannot scale pass the softmax scale here) and dpt = dPᵀ, rows [0, k_rows); on exit
+// st = Pᵀ and dpt = dSᵀ (masked entries and rows >= kb are exactly 0 in both). s_scale
+// = 1 computes exactly what it did before the parameter existed.
 HWY_INLINE void BackwardScores(float* HWY_RESTRICT st, float* HWY_RESTRICT dpt, size_t rows,
                                size_t kb, size_t k_rows, float softcap, bool boundary,
                                const float* lo_rel, const float* hi_rel, const float* lse2,
-                               const float* di) {
+                               const float* di, float s_scale = 1.0f) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  const auto log2e = hn::Set(d, kLog2e);
-  const auto inv_cap = hn::Set(d, softcap > 0 ? 1.0f / softcap : 0.0f);
+  // Softcap leaves s in natural units; otherwise s_scale folds into the log2e factor.
+  const auto log2e = hn::Set(d, softcap > 0 ? kLog2e : kLog2e * s_scale);
+  const auto inv_cap = hn::Set(d, softcap > 0 ? s_scale / softcap : 0.0f);
   const auto cap = hn::Set(d, softcap);
   const auto one = hn::Set(d, 1.0f);
   for (size_t c = 0; c < rows; c += N) {
@@ -90,6 +93,22 @@ HWY_INLINE void BackwardScores(float* HWY_RESTRICT st, float* HWY_RESTRICT dpt, 
   }
 }
 
+// Dᵢ and lse·log2e of query position i of head h (i < 0: a padding row, whose P is 0).
+HWY_INLINE void RowStats(const CallArgs& a, int64_t b, int64_t h, int64_t i, float* di,
+                         float* lse2) {
+  const flash_problem& p = *a.p;
+  if (i < 0) {
+    *di = 0.0f;
+    *lse2 = std::numeric_limits<float>::infinity();  // P = 0
+    return;
+  }
+  *di = a.delta[(b * p.heads_q + h) * p.seqlen_q + i];
+  const float lse = a.lse[(b * p.heads_q + h) * p.seqlen_q + i];
+  // A row that saw no key (lse = -inf) has P = 0: lse2 = +inf gives exactly that.
+  *lse2 = lse == -std::numeric_limits<float>::infinity() ? std::numeric_limits<float>::infinity()
+                                                         : lse * kLog2e;
+}
+
 // Loads, for one q row i of head h: Q (scaled) into qrow (and Qᵀ column r), dO into
 // dorow (and dOᵀ column r), Dᵢ and lse·log2e. i < 0 fills a padding row.
 struct BackwardRows {
@@ -106,8 +125,7 @@ struct BackwardRows {
       std::fill(dr, dr + dv_pad, 0.0f);
       for (size_t c = 0; c < D; ++c) qt[c * rows + r] = 0.0f;
       for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = 0.0f;
-      di[r] = 0.0f;
-      lse2[r] = std::numeric_limits<float>::infinity();  // P = 0
+      RowStats(a, b, h, i, di + r, lse2 + r);
       return;
     }
     LoadRow(p.dtype, At(a.q, p.dtype, p.q_stride, b, i, h), D, p.scale, qr);
@@ -116,12 +134,7 @@ struct BackwardRows {
     LoadRow(p.dtype, At(a.dout, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, dr);
     std::fill(dr + Dv, dr + dv_pad, 0.0f);
     for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = dr[c];
-    di[r] = a.delta[(b * p.heads_q + h) * p.seqlen_q + i];
-    const float lse = a.lse[(b * p.heads_q + h) * p.seqlen_q + i];
-    // A row that saw no key (lse = -inf) has P = 0: lse2 = +inf gives exactly that.
-    lse2[r] = lse == -std::numeric_limits<float>::infinity()
-                  ? std::numeric_limits<float>::infinity()
-                  : lse * kLog2e;
+    RowStats(a, b, h, i, di + r, lse2 + r);
   }
 };
 

@@ -116,8 +116,8 @@ struct CpuBackend {
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
     const TargetKernels& selected = SelectTarget();
-    // The vdpbf16ps backward shares the avx512 target's Plan: only the dK/dV and dQ
-    // item functions differ.
+    // The bf16 backwards (vdpbf16ps, AMX tiles) share the avx512 target's Plan: only the
+    // dK/dV and dQ item functions differ.
     TargetKernels t = selected;
     if (Decide(p, FLASH_BACKWARD, selected).path == Path::kBf16Tiles) {
       t.backward_kv_item = t.bf16_backward_kv_item;
@@ -194,10 +194,10 @@ struct CpuBackend {
   // Decode (decode-inl.h): a forward whose rows per (sequence, kv head) fit one decode
   // item, against enough keys to split, with head dims in whole pairs of vectors (the
   // decode kernel has no partial vectors); it reads paged caches in place.
-  // amx / avx512bf16: a prefill forward that Avx512Bf16Declines() accepts (bf16, any
-  // head dims) runs the target's own kernel (cpu.fwd.amx.* on tiles, cpu.fwd.avx512bf16.*
-  // on vdpbf16ps) and such a backward the vdpbf16ps one on both (cpu.bwd.avx512bf16.*);
-  // f32, f16 and decode run the avx512 Highway kernels and are named so (cpu.*.avx512.*).
+  // amx / avx512bf16: a prefill forward or a backward that Avx512Bf16Declines() accepts
+  // (bf16, any head dims) runs the target's own kernels (cpu.fwd.amx.*, cpu.bwd.amx.* on
+  // tiles, cpu.fwd.avx512bf16.*, cpu.bwd.avx512bf16.* on vdpbf16ps); f32, f16 and decode
+  // run the avx512 Highway kernels and are named so (cpu.*.avx512.*).
   static Decision Decide(const flash_problem& p, int direction, const TargetKernels& t) {
     if (direction == FLASH_MERGE)
       return {Path::kMerge, std::string("cpu.merge.") + DTypeName(p.dtype)};
@@ -212,7 +212,7 @@ struct CpuBackend {
     const bool bf16_fwd = t.bf16_forward_item && direction == FLASH_FORWARD && !decode && bf16_ok;
     const bool bf16_bwd = t.bf16_backward_kv_item && direction == FLASH_BACKWARD && bf16_ok;
     const bool bf16 = bf16_fwd || bf16_bwd;
-    const char* simd = bf16_fwd ? t.name : bf16_bwd ? t.bf16_backward_name : t.highway_name;
+    const char* simd = bf16 ? t.name : t.highway_name;
     std::string kernel = std::string("cpu.") +
                          (decode                        ? "decode."
                           : direction == FLASH_BACKWARD ? "bwd."

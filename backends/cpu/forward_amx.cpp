@@ -73,112 +73,20 @@
 
 #if HWY_TARGET == HWY_AVX3
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
-#include "backends/cpu/amx_tile_ops.h"
+#include "backends/cpu/amx_gemm.h"
 #include "backends/cpu/avx512bf16_pack.h"
 #include "backends/cpu/avx512bf16_softmax.h"
 namespace flash::cpu::HWY_NAMESPACE {
 namespace {
 
-using AT = AmxTiles;
-constexpr size_t kTileWords = AT::kWordsPerRow;             // f32 per C row, bf16 pairs per A row
-constexpr size_t kBlockRows = AT::kBlockM * AT::kTileRows;  // C rows per block
-constexpr size_t kBlockCols = AT::kBlockN * AT::kWordsPerRow;  // C columns per block
-// Tile indices: C(m, n) = m·kBlockN + n, A(m) = kFirstA + m, B(n) = kFirstB + n.
-constexpr int kC00 = 0, kC01 = 1, kC10 = AT::kBlockN, kC11 = AT::kBlockN + 1;
-constexpr int kA0 = AT::kFirstA, kA1 = AT::kFirstA + 1, kB0 = AT::kFirstB, kB1 = AT::kFirstB + 1;
-static_assert(AT::kBlockM == 2 && AT::kBlockN == 2, "TileBlock below is written for 2 x 2 C tiles");
-static_assert(Tiles::kLanes == kTileWords, "an AVX3 f32 vector is one C tile row");
 // The Plan is the avx512 target's: pass rows are whole C tile columns, and the keys of
 // a tile rounded up to whole S blocks still fit the score tile (Tiles::kKeys rows).
+static_assert(Tiles::kLanes == kTileWords, "an AVX3 f32 vector is one C tile row");
 static_assert(Tiles::kRowAlign % kTileWords == 0 && Tiles::kRows % kTileWords == 0,
               "rows per pass vs C tile columns");
 static_assert(Tiles::kKeys % kBlockRows == 0, "a full K/V tile is whole 2 x 2 S blocks");
 constexpr size_t kHeadDimStep = 2 * AT::kPairsPerStep;  // head_dim elements per product step
 constexpr size_t kKeyPairStep = AT::kPairsPerStep;      // key pairs per P·V step
-
-// C (+)= Σ_s A(s)·B(s) for MB x NB C tiles (MB, NB <= 2), s < steps.
-// A(m, s) = a + m·16·lda + s·16 words (rows lda words apart), B(s, n) = b + s·16·ldb + n·16
-// (rows ldb words apart), C(m, n) = c + m·16·ldc + n·16 floats (rows ldc apart).
-// accumulate: C starts from memory, else from zero.
-template <size_t MB, size_t NB>
-HWY_INLINE void TileBlock(const uint32_t* a, size_t lda, const uint32_t* b, size_t ldb,
-                          size_t steps, float* c, size_t ldc, bool accumulate) {
-  const size_t sa = lda * 4, sb = ldb * 4, sc = ldc * 4;  // strides in bytes
-  // C tiles past the block's MB x NB are never addressed.
-  float* c01 = c + kTileWords;
-  float* c10 = c + (MB > 1 ? AT::kTileRows * ldc : 0);
-  float* c11 = c10 + kTileWords;
-  if (accumulate) {
-    amx::Load<kC00>(c, sc);
-    if (NB > 1) amx::Load<kC01>(c01, sc);
-    if (MB > 1) amx::Load<kC10>(c10, sc);
-    if (MB > 1 && NB > 1) amx::Load<kC11>(c11, sc);
-  } else {
-    amx::Zero<kC00>();
-    if (NB > 1) amx::Zero<kC01>();
-    if (MB > 1) amx::Zero<kC10>();
-    if (MB > 1 && NB > 1) amx::Zero<kC11>();
-  }
-  for (size_t s = 0; s < steps; ++s) {
-    const size_t ao = s * kTileWords, bo = s * AT::kPairsPerStep * ldb;
-    amx::Load<kA0>(a + ao, sa);
-    amx::Load<kB0>(b + bo, sb);
-    amx::DotBf16<kC00, kA0, kB0>();
-    if (NB > 1) {
-      amx::Load<kB1>(b + bo + kTileWords, sb);
-      amx::DotBf16<kC01, kA0, kB1>();
-    }
-    if (MB > 1) {
-      amx::Load<kA1>(a + AT::kTileRows * lda + ao, sa);
-      amx::DotBf16<kC10, kA1, kB0>();
-      if (NB > 1) amx::DotBf16<kC11, kA1, kB1>();
-    }
-  }
-  amx::Store<kC00>(c, sc);
-  if (NB > 1) amx::Store<kC01>(c01, sc);
-  if (MB > 1) amx::Store<kC10>(c10, sc);
-  if (MB > 1 && NB > 1) amx::Store<kC11>(c11, sc);
-}
-
-// C[M x N] (+)= A·B over `steps` tile steps, M and N multiples of 16, in 2 x 2 tile
-// blocks (1-tile edges where M or N is an odd number of tiles). Operand layout as in
-// TileBlock.
-HWY_INLINE void TileGemm(size_t M, size_t N, size_t steps, const uint32_t* a, size_t lda,
-                         const uint32_t* b, size_t ldb, float* c, size_t ldc, bool accumulate) {
-  for (size_t m = 0; m < M; m += kBlockRows) {
-    const bool two_m = m + kBlockRows <= M;
-    for (size_t n = 0; n < N; n += kBlockCols) {
-      const bool two_n = n + kBlockCols <= N;
-      const uint32_t* am = a + m * lda;
-      const uint32_t* bn = b + n;
-      float* cmn = c + m * ldc + n;
-      if (two_m && two_n)
-        TileBlock<2, 2>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
-      else if (two_m)
-        TileBlock<2, 1>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
-      else if (two_n)
-        TileBlock<1, 2>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
-      else
-        TileBlock<1, 1>(am, lda, bn, ldb, steps, cmn, ldc, accumulate);
-    }
-  }
-}
-
-// Vᵀ as pairs of keys per column: vt[c·kb2p + k] = (V[2k][c], V[2k+1][c]) for c <
-// dv_pad, k < kb2p (both multiples of 16). vrows: 2·kb2p rows of dv_pad bf16.
-HWY_INLINE void PackVPairsTransposed(const uint16_t* vrows, size_t dv_pad, size_t kb2p,
-                                     uint32_t* vt) {
-  for (size_t k0 = 0; k0 < kb2p; k0 += kTileWords)
-    for (size_t c0 = 0; c0 < dv_pad; c0 += kTileWords) {
-      __m512i x[kTileWords];
-      for (size_t k = 0; k < kTileWords; ++k) {
-        const uint16_t* lo = vrows + 2 * (k0 + k) * dv_pad + c0;
-        x[k] = PairRows(lo, lo + dv_pad);  // x[k][c] = (V[2(k0+k)][c0+c], V[..+1][c0+c])
-      }
-      Transpose16x16(x);
-      for (size_t c = 0; c < kTileWords; ++c) _mm512_storeu_si512(vt + (c0 + c) * kb2p + k0, x[c]);
-    }
-}
 
 // Oᵀ columns [0, rows) times α (ot: row stride ld); nothing when every α is 1.
 HWY_INLINE void RescaleColumns(float* ot, size_t ld, size_t dv_pad, const float* alpha,
@@ -282,8 +190,7 @@ void ForwardItemAmx(const Plan& plan, int64_t item) {
   const float softmax_scale = p.softcap > 0 ? 1.0f : p.scale * kLog2e;
   PassRanges(row_index, R, RP, pass_i);
 
-  static constexpr AmxTileConfig kConfig = AmxFullTiles();
-  amx::Configure(kConfig);
+  AmxItemTiles tiles;  // configured on this thread, released at the end of the item
   const MaskRule& mask = plan.mask;
   const int64_t j_begin = mask.lo(i_first), j_end = mask.hi(i_last);  // inclusive
   for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
@@ -293,7 +200,7 @@ void ForwardItemAmx(const Plan& plan, int64_t item) {
     const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
     PackKRows(plan, b, hkv, j0, kb, k_rows, d2p, kpack);
     const bool v_finite = PackVRows<true>(plan, b, hkv, j0, kb, 2 * kb2p, dv_pad, vrows);
-    PackVPairsTransposed(vrows, dv_pad, kb2p, vt);
+    PackPairsTransposed(vrows, dv_pad, dv_pad, kb2p, vt);
     const int64_t j_next = j0 + kPrefetchTiles * static_cast<int64_t>(K);
     if (j_next <= j_end) {
       const size_t next = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j_next));
@@ -325,7 +232,6 @@ void ForwardItemAmx(const Plan& plan, int64_t item) {
                  /*accumulate=*/true);
     }
   }
-  amx::Release();
 
   StoreItemRows(plan, b, hkv, row_index, ot, /*row_stride=*/1, /*col_stride=*/R, m, l, row_buf);
 }

@@ -87,15 +87,20 @@ constexpr Named kKnown[] = {{"avx512", HWY_AVX3},
                             {"sse4", HWY_SSE4},
                             {"scalar", (HWY_TARGETS & HWY_EMU128) ? HWY_EMU128 : HWY_SCALAR}};
 
-// The targets that are the avx512 kernels plus a bf16 forward of their own (not Highway
-// targets), best first: what each lacks on this CPU ("" = runs here) and its item.
+// The targets that are the avx512 kernels plus a bf16 forward and backward of their own
+// (not Highway targets), best first: what each lacks on this CPU ("" = runs here) and
+// its items.
 struct Bf16Target {
   const char* name;
   std::string (*missing)();
   ForwardItemFn (*item)();
+  ItemFn (*backward_kv_item)();
+  ItemFn (*backward_q_item)();
 };
-const Bf16Target kBf16Targets[] = {{"amx", &AmxMissing, &AmxForwardItem},
-                                   {"avx512bf16", &Avx512Bf16Missing, &Avx512Bf16ForwardItem}};
+const Bf16Target kBf16Targets[] = {
+    {"amx", &AmxMissing, &AmxForwardItem, &AmxBackwardKvItem, &AmxBackwardQItem},
+    {"avx512bf16", &Avx512Bf16Missing, &Avx512Bf16ForwardItem, &Avx512Bf16BackwardKvItem,
+     &Avx512Bf16BackwardQItem}};
 
 std::vector<TargetKernels> Discover() {
   std::vector<TargetKernels> out;
@@ -112,8 +117,9 @@ std::vector<TargetKernels> Discover() {
                    HWY_DISPATCH_TABLE(DecodeItem)[i], HWY_DISPATCH_TABLE(DecodeCombine)[i],
                    HWY_DISPATCH_TABLE(Exp2Array)[i]});
   }
-  // amx (forward_amx.cpp) and avx512bf16 (forward_avx512bf16.cpp): the avx512 kernels
-  // with a bf16 forward in front, where this CPU has AMX / AVX512_BF16.
+  // amx (forward_amx.cpp, backward_amx.cpp) and avx512bf16 (forward_avx512bf16.cpp,
+  // backward_avx512bf16.cpp): the avx512 kernels with a bf16 forward and backward in
+  // front, where this CPU has AMX / AVX512_BF16.
   if (out.empty() || std::strcmp(out.front().name, "avx512") != 0) return out;
   const TargetKernels avx512 = out.front();
   size_t at = 0;
@@ -122,11 +128,8 @@ std::vector<TargetKernels> Discover() {
     TargetKernels t = avx512;
     t.name = b.name;
     t.bf16_forward_item = b.item();
-    // Both run the vdpbf16ps backward (AMX implies AVX512-BF16 on every CPU that has it,
-    // and amx's Missing() checks it).
-    t.bf16_backward_kv_item = Avx512Bf16BackwardKvItem();
-    t.bf16_backward_q_item = Avx512Bf16BackwardQItem();
-    t.bf16_backward_name = "avx512bf16";
+    t.bf16_backward_kv_item = b.backward_kv_item();
+    t.bf16_backward_q_item = b.backward_q_item();
     out.insert(out.begin() + static_cast<std::ptrdiff_t>(at++), t);
   }
   return out;

@@ -27,11 +27,11 @@ struct TargetKernels {
   // for the problems Avx512Bf16Declines() accepts; everything else runs the Highway
   // kernels above, those of highway_name. Null on the Highway targets.
   void (*bf16_forward_item)(const Plan&, int64_t item) = nullptr;
-  // amx and avx512bf16 only: the vdpbf16ps backward's dK/dV and dQ items (the delta
-  // pass is backward_delta_item's) for the same problems, and the target that names it.
+  // amx and avx512bf16 only: the target's bf16 backward dK/dV and dQ items (tiles:
+  // backward_amx.cpp, vdpbf16ps: backward_avx512bf16.cpp; the delta pass is
+  // backward_delta_item's) for the same problems.
   void (*bf16_backward_kv_item)(const Plan&, int64_t item) = nullptr;
   void (*bf16_backward_q_item)(const Plan&, int64_t item) = nullptr;
-  const char* bf16_backward_name = nullptr;
   const char* highway_name = name;  // the Highway target whose kernels the rest uses
 };
 

@@ -5,8 +5,8 @@
 // causal / windows / softcap / GQA / Dv != D / odd head_dim / strides, outputs poisoned
 // with NaN, NaN and inf in key rows some rows do not see (on both halves of a bf16 key
 // pair), and bitwise equal results for 1, 2 and 3 threads; the same for the bf16
-// backward on vdpbf16ps (backward_avx512bf16.cpp), which both targets run (dq, dk, dv
-// under the same rule, eps relative to the largest gradient). Every check first asserts
+// backwards (backward_avx512bf16.cpp on vdpbf16ps, backward_amx.cpp on tiles: dq, dk,
+// dv under the same rule, eps relative to the largest gradient). Every check first asserts
 // that choose() names the expected kernel, so none can pass on another path.
 // On CPUs without a target's feature its tests are skipped naming what is missing.
 // Built twice: flash_cpu_bf16_kernel_test (both targets, real instructions) and
@@ -92,11 +92,12 @@ void CheckCase(const Case& c, bool decode_shape = false) {
       << c.Name() << " lse error " << err_l << " vs 2x naive " << err_naive_l;
 }
 
-// The bf16 backward names the vdpbf16ps kernel on both targets.
+// The bf16 backward names the target's own kernel (vdpbf16ps on avx512bf16, tiles on amx).
 void ExpectBf16Backward(const flash_problem& p) {
   flash_message kernel{};
   ASSERT_EQ(flash_cpu_module()->choose(&p, FLASH_BACKWARD, &kernel), FLASH_OK);
-  ASSERT_EQ(std::string(kernel.text).rfind("cpu.bwd.avx512bf16.bf16.d", 0), 0u) << kernel.text;
+  const std::string want = "cpu.bwd." + std::string(std::getenv("FLASH_CPU_TARGET")) + ".bf16.d";
+  ASSERT_EQ(std::string(kernel.text).rfind(want, 0), 0u) << kernel.text;
 }
 
 // Max |got - ref| and |naive - ref| of one gradient (packed [b, s, h, d] in ref/naive,

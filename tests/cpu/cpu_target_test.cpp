@@ -57,9 +57,8 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
     setenv("FLASH_CPU_TARGET", n.c_str(), 1);
     EXPECT_EQ(Detail().rfind("simd=" + n + ";", 0), 0u);
     Case c;
-    // amx and avx512bf16 run the bf16 forward themselves and the bf16 backward on
-    // vdpbf16ps (named avx512bf16 on both); f32 and f16 on them run (and are named)
-    // avx512.
+    // amx and avx512bf16 run the bf16 forward and backward themselves; f32 and f16 on
+    // them run (and are named) avx512.
     const bool bf16_target = n == "amx" || n == "avx512bf16";
     if (bf16_target) c.dtype = FLASH_BF16;
     Problem pr(c);
@@ -78,7 +77,7 @@ TEST(CpuTarget, EachSupportedTargetCanBeForced) {
     }
     pr.p.dtype = FLASH_BF16;
     ASSERT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_BACKWARD, &kernel), FLASH_OK);
-    EXPECT_EQ(std::string(kernel.text).rfind("cpu.bwd.avx512bf16.bf16.", 0), 0u) << kernel.text;
+    EXPECT_EQ(std::string(kernel.text).rfind("cpu.bwd." + n + ".bf16.", 0), 0u) << kernel.text;
   }
   unsetenv("FLASH_CPU_TARGET");
 }
@@ -105,6 +104,9 @@ TEST(CpuTarget, Bf16TargetIsDefaultOrRefusedByName) {
     setenv("FLASH_CPU_TARGET", target.c_str(), 1);
     std::string err;
     EXPECT_EQ(pr.Forward(&err), FLASH_INVALID_ARGUMENT);
+    EXPECT_NE(err.find("not supported by this CPU (it lacks "), std::string::npos) << err;
+    err.clear();
+    EXPECT_EQ(pr.Backward(&err), FLASH_INVALID_ARGUMENT);  // the backward likewise
     EXPECT_NE(err.find("not supported by this CPU (it lacks "), std::string::npos) << err;
   }
   unsetenv("FLASH_CPU_TARGET");
