@@ -4,25 +4,34 @@
 #   build    cpu-only build in build-cpu/ (not build-device/: the GPU scripts keep theirs),
 #            Highway / Google Benchmark from .carry/ as .ci/device_build.sh passes them
 #   tests    flash_cpu_target_test, flash_cpu_bf16_kernel_test (amx on real tiles and
-#            avx512bf16 vs the fp64 oracle), flash_cpu_amx_emulated_test
+#            avx512bf16 vs the fp64 oracle, forward and backward),
+#            flash_cpu_amx_emulated_test
 #   suite    cross-backend suite for cpu with FLASH_CPU_TARGET=amx and =avx512bf16
-#            (forward and inference cases of both, backward cases of avx512bf16: both
-#            targets run the same backward)
-#   speed    bf16 forward (amx), f32 forward and bf16 backward (vdpbf16ps) on
-#            16 threads beside torch's CPU SDPA (bench/compare_torch.py --device cpu),
-#            D = 64/128, S = 1k/4k, causal and not; then alternations of flash_cpu_speed
-#            at B=1 H=8 S=2048 D=128: bf16 amx vs avx512bf16, amx vs f32, bf16 vs f32
-#            backward
+#            (forward, backward and inference cases of both: each has its own bf16
+#            backward, tiles / vdpbf16ps)
+#   speed    bf16 forward (amx), f32 forward, bf16 backward (amx tiles) and f32
+#            backward on 16 threads beside torch's CPU SDPA (bench/compare_torch.py
+#            --device cpu), D = 64/128, S = 1k/4k, causal and not; then alternations of
+#            flash_cpu_speed at B=1 H=8 S=2048 D=128: bf16 amx vs avx512bf16 and amx vs
+#            f32, forward and backward
 #   items    S = 1k at 16 threads: the default plan (32 items, cost-major order) against
 #            head-major order and against 128 items
+#   repro    the one odd point of the 2026-11-24 run (bf16 amx D=64 S=1k causal: 0.27 TF/s
+#            in compare_torch, 1.3-1.7 ms in flash_cpu_speed): flashattn-compare alone on
+#            that shape, then right after 200 ms of torch SDPA on 16 threads in the same
+#            parent process (as compare_torch runs it), then 1 s later; median and min
+#            of 20 calls each (bench/RESULTS.md, "Dev machine", issue 17 helper entry)
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
+# The AMX backward against torch alone (~3 minutes with the build):
+#   STEPS="build speed table" SPEED_RUNS="bf16_bwd_amx" bash tests/cpu/device_cpu.sh
 # Each step has a time limit; the whole script stays under 8 minutes. Logs under $OUT.
 # Usage (device, repo root, carry [".carry"]): COMMIT=<sha> bash tests/cpu/device_cpu.sh
-#   STEPS="build tests suite speed items table" (default: all), THREADS=16, BUILD_DIR=build-cpu.
+#   STEPS="build tests suite speed items repro table" (default: all), THREADS=16,
+#   BUILD_DIR=build-cpu.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-build tests suite speed items table}
+STEPS=${STEPS:-build tests suite speed items repro table}
 THREADS=${THREADS:-16}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 root=$(pwd)
@@ -84,10 +93,8 @@ if has suite; then
   t0=$(date +%s)
   declare -A pids
   for target in amx avx512bf16; do
-    # Both targets run the same (vdpbf16ps) backward: its cases once, on avx512bf16.
-    extra=""; [ $target = avx512bf16 ] && extra=":All/Backward.*/cpu_${target}_*"
     FLASH_CPU_TARGET=$target timeout 200 $b/tests/flashattn_tests \
-      --gtest_filter="All/Forward.*/cpu_${target}_*:Inference/*cpu_${target}$extra" \
+      --gtest_filter="All/Forward.*/cpu_${target}_*:Inference/*cpu_${target}:All/Backward.*/cpu_${target}_*" \
       > "$OUT/suite_$target.log" 2>&1 &
     pids[$target]=$!
   done
@@ -105,9 +112,12 @@ fi
 
 if has speed; then
   t0=$(date +%s)
-  # name, dtype, direction, FLASH_CPU_TARGET ("" = the default: avx512 for f32)
-  for run in "bf16_amx bf16 forward amx" "f32 f32 forward " "bf16_bwd bf16 backward avx512bf16"; do
+  # name, dtype, direction, FLASH_CPU_TARGET ("" = the default: avx512 for f32).
+  # SPEED_RUNS picks some by name (default: all four).
+  for run in "bf16_amx bf16 forward amx" "f32 f32 forward " "bf16_bwd_amx bf16 backward amx" \
+    "f32_bwd f32 backward "; do
     set -- $run
+    [ -n "${SPEED_RUNS:-}" ] && [[ " $SPEED_RUNS " != *" $1 "* ]] && continue
     name=$1 dtype=$2 direction=$3 target=${4:-}
     in_time "compare_torch $name" || continue
     flag=""; [ "$direction" = backward ] && flag=--backward
@@ -123,8 +133,9 @@ if has speed; then
   done
   # Our kernels against each other, alternating in one process (no torch).
   for run in "amx_vs_avx512bf16 bf16@amx/bf16@avx512bf16" "amx_vs_f32 bf16@amx/f32" \
-    "bwd_bf16_vs_f32 bf16/f32 backward"; do
+    "bwd_amx_vs_avx512bf16 bf16@amx/bf16@avx512bf16 backward" "bwd_amx_vs_f32 bf16@amx/f32 backward"; do
     set -- $run
+    [ -n "${SPEED_RUNS:-}" ] && [[ " $SPEED_RUNS " != *" $1 "* ]] && continue
     in_time "flash_cpu_speed $1" || continue
     OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 $2 4 ${3:-} \
       > "$OUT/speed_$1.log" 2>&1
@@ -155,12 +166,46 @@ if has items; then
   echo "items: $(($(date +%s) - t0)) s"
 fi
 
+if has repro && in_time "repro"; then
+  t0=$(date +%s)
+  FLASH_CPU_TARGET=${REPRO_TARGET:-amx} THREADS=$THREADS COMPARE=$b/bench/flashattn-compare OUTDIR="$OUT" \
+    timeout 60 python3 - <<'EOF' 2>&1 | tee "$OUT/repro.log"
+import json, os, subprocess, time
+import torch
+import torch.nn.functional as F
+threads = int(os.environ["THREADS"])
+torch.set_num_threads(threads)
+def ours(tag):
+    out = os.path.join(os.environ["OUTDIR"], f"repro_{tag}.json")
+    cmd = [os.environ["COMPARE"], "--backends", "cpu", "--dtype", "bf16", "--head-dim", "64",
+           "--heads", "16", "--batch", "1", "--seqlen", "1024", "--causal", "--iters", "20",
+           "--check-budget", "0", "--json", out]  # no oracle: timing starts at once
+    t = time.perf_counter()
+    subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = json.load(open(out))["rows"][0]
+    print(f"{tag:16s} {r['kernel']} median {r['median_ms']:.2f} ms min {r['min_ms']:.2f} ms "
+          f"({r['runs']} runs; process {1e3 * (time.perf_counter() - t):.0f} ms)", flush=True)
+q = torch.randn(1, 16, 4096, 64, dtype=torch.bfloat16)
+for tag in ("alone", "after_torch", "after_torch_1s"):
+    if tag != "alone":
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.2:
+            F.scaled_dot_product_attention(q, q, q)
+        if tag.endswith("1s"):
+            time.sleep(1)
+    ours(tag)
+EOF
+  echo "repro: $(($(date +%s) - t0)) s"
+fi
+
 if has table; then
   python3 - "$OUT" <<'EOF' | tee "$OUT/table.md"
 import json, os, sys
 out = sys.argv[1]
 runs = [("bf16 amx", "torch_bf16_amx.json"), ("f32", "torch_f32.json"),
-        ("bf16 backward", "torch_bf16_bwd.json")]
+        ("bf16 backward amx", "torch_bf16_bwd_amx.json"), ("f32 backward", "torch_f32_bwd.json"),
+        ("bf16 backward vdpbf16ps (before)", "torch_bf16_bwd.json")]
 rows = {}
 for name, path in runs:
     try:
@@ -177,7 +222,7 @@ for name, path in runs:
         if mine.get("status") != "ok":  # e.g. outside the tolerance: still timed
             cell += f" ({mine.get('status', '?')[:30]})"
         rows.setdefault(key, {})[name] = cell
-print("ours / torch CPU SDPA TFLOP/s = ratio (forward; last column backward), B=1 H=16")
+print("ours / torch CPU SDPA TFLOP/s = ratio (forward columns, then backward), B=1 H=16")
 print("| D | S | causal | " + " | ".join(n for n, _ in runs) + " |")
 print("|---|---|---|" + "---|" * len(runs))
 for key in sorted(rows):
