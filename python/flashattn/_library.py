@@ -14,6 +14,7 @@ missing) on a machine without the library. Search order, first hit wins:
   6. the dynamic linker's own search (LD_LIBRARY_PATH, ldconfig)."""
 import ctypes
 import ctypes.util
+import importlib.util
 import os
 import sys
 
@@ -81,11 +82,26 @@ def _declare(lib):
         getattr(lib, f).restype = i32
 
 
+def _import_torch_first():
+    """Imports torch, when it is installed and not imported yet, before libflashattn can
+    initialise a GPU runtime. Measured on the GPU machine (torch 2.11 + CUDA 13, H100):
+    `import flashattn; flashattn.backends(); import torch` segfaulted inside torch's import
+    (torch/_subclasses/functional_tensor.py) once our cuda module had probed the device,
+    while importing torch first, or loading the module without probing, or cuInit alone,
+    did not (tests/README.md, "Python on the GPU machine"). The cause inside torch is not
+    known; the order is what we control. FLASHATTN_NO_TORCH_FIRST=1 turns this off."""
+    if "torch" in sys.modules or os.environ.get("FLASHATTN_NO_TORCH_FIRST") == "1":
+        return
+    if importlib.util.find_spec("torch") is not None:
+        import torch  # noqa: F401  (imported for its side effect: torch initialises first)
+
+
 def load():
     """The loaded library (cached). Raises ImportError listing every path tried."""
     global loaded
     if loaded is not None:
         return loaded
+    _import_torch_first()
     tried = []
     for path in candidates():
         if not os.path.exists(path):
