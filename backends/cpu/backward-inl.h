@@ -1,5 +1,5 @@
-// CPU backward attention, two deterministic passes (per-target code; threads live in
-// cpu_backend.cpp).
+// CPU backward attention: two deterministic passes, or one fused pass where it pays
+// (per-target code; threads live in cpu_backend.cpp).
 //
 // Algorithm: P is recomputed from Q, K and the forward's lse (P = 2^(s·log2e -
 // lse·log2e)); with Dᵢ = rowsum(dO∘O):
@@ -14,6 +14,11 @@
 // order does not depend on the thread count, so results are bitwise identical for
 // any OMP_NUM_THREADS and run to run, with no atomics and no partial buffers. The
 // price is recomputing Sᵀ and dPᵀ in pass 2 (8 tile products instead of 5).
+// Fused (item = batch, kv head; FusedBackward in cpu_plan.h decides): pass 1's loop
+// that also adds dS·K to an f32 dQ of the whole group held by the item (<= 2 MiB), so
+// 5 products; bitwise the two passes' results (same tiles, same order). It needs
+// batch x kv heads items for the threads; the two passes scale to any thread count.
+// FLASH_CPU_BWD_FUSED=0/1 forces either (A/B: flash_cpu_speed ... f32#1/f32#0 backward).
 // Every product is the micro-kernel of microkernel-inl.h in Sᵀ orientation (keys are
 // rows, query rows are vector lanes), so P, dS need no transposition.
 // Tolerance class: f32 accumulation; same rule as the forward.
@@ -144,10 +149,11 @@ struct BackwardTiles {
   float *st, *dpt, *kpack, *vpack, *acc0, *acc1, *lo_rel, *hi_rel;
 };
 
-// acc0_floats: dK accumulator (pass 1) or dQ accumulator (pass 2); kv_tiles: K/V tiles
-// held at once (pass 1 item) — each gets its own packed K, V and dV accumulator.
+// acc0_floats: dK accumulator (pass 1), dQ accumulator (pass 2) or both (fused);
+// kv_tiles: K/V tiles held at once (pass 1 item) — each gets its own packed K, V and dV
+// accumulator; k_spare: further K slots (the fused item's NaN-free copies).
 HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, size_t acc0_floats,
-                                           size_t kv_tiles = 1) {
+                                           size_t kv_tiles = 1, size_t k_spare = 0) {
   const size_t N = Tiles::kLanes, K = Tiles::kKeys;
   const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
   const size_t d_pad = RoundUpTo(D, N), dv_pad = RoundUpTo(Dv, N);
@@ -159,7 +165,7 @@ HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, siz
                           R,
                           K * R,
                           K * R,
-                          K * d_pad * kv_tiles,
+                          K * d_pad * (kv_tiles + k_spare),
                           K * dv_pad * kv_tiles,
                           acc0_floats,
                           K * dv_pad * kv_tiles,
@@ -181,7 +187,7 @@ HWY_INLINE BackwardTiles TakeBackwardTiles(const flash_problem& p, size_t R, siz
             dv_pad};
   t.st = ws.take(K * R);
   t.dpt = ws.take(K * R);
-  t.kpack = ws.take(K * d_pad * kv_tiles);
+  t.kpack = ws.take(K * d_pad * (kv_tiles + k_spare));
   t.vpack = ws.take(K * dv_pad * kv_tiles);
   t.acc0 = ws.take(acc0_floats);
   t.acc1 = ws.take(K * dv_pad * kv_tiles);  // dV (pass 1)
@@ -309,32 +315,25 @@ HWY_INLINE void BackwardDeltaItemImpl(const Plan& plan, int64_t item) {
   }
 }
 
-// Pass 1: dK and dV of up to Plan::kv_per_item consecutive K/V tiles, summed over the
-// group's heads. Each q tile's Q and dO are loaded once for all of the item's tiles;
-// every key still accumulates over (head, q tile) in the same order whatever the
-// grouping, so results do not depend on it.
-HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
+// dK and dV of n_tiles consecutive K/V tiles from kv_first (already in kv[]), summed
+// over the group's heads and every q tile that sees them, stored to dk / dv. Each q
+// tile's Q and dO are loaded once for all n_tiles tiles; every key still accumulates
+// over (head, q tile) in the same order whatever the grouping, so results do not
+// depend on it. With dq_acc (the fused backward) each (q tile, K/V tile) also adds
+// dS·K to the f32 dQ of its rows (head g's row i at dq_acc[(g·dq_head_rows + i)·d_pad]),
+// tiles in key order as pass 2 does: the same sums, bit for bit.
+HWY_INLINE void KvTilesOverQ(const Plan& plan, int64_t b, int64_t hkv, int64_t kv_first,
+                             size_t n_tiles, const BackwardTiles& t, const KvOperands* kv,
+                             const FiniteK* kq, float* dq_acc, size_t dq_head_rows) {
   const CallArgs& a = plan.a;
   const flash_problem& p = *a.p;
-  int64_t b, hkv, kv_first;
-  plan.decode_kv_item(item, b, hkv, kv_first);
   const size_t R = Tiles::kRows, K = Tiles::kKeys;
-  const size_t n_tiles =
-      static_cast<size_t>(std::min<int64_t>(plan.kv_per_item, plan.kv_blocks - kv_first));
-  const size_t d_pad = RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes);
-  BackwardTiles t = TakeBackwardTiles(p, R, K * d_pad * n_tiles, n_tiles);
-  const size_t dv_pad = t.rows.dv_pad;
+  const size_t d_pad = t.rows.d_pad, dv_pad = t.rows.dv_pad;
   const int64_t j_item = kv_first * static_cast<int64_t>(K);
   const int64_t j_item_last =
       std::min<int64_t>(j_item + static_cast<int64_t>(n_tiles * K), p.seqlen_kv) - 1;
   std::fill(t.acc0, t.acc0 + K * d_pad * n_tiles, 0.0f);
   std::fill(t.acc1, t.acc1 + K * dv_pad * n_tiles, 0.0f);
-  KvOperands kv[Plan::kMaxPasses];
-  for (size_t s = 0; s < n_tiles; ++s) {
-    const int64_t j0 = j_item + static_cast<int64_t>(s * K);
-    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
-    kv[s] = LoadKv(a, b, hkv, j0, kb, RoundUpTo(kb, Tiles::kKeyAlign), t, s);
-  }
   int64_t* row_index = Workspace::ForThisThread().index(R);
 
   for (int64_t g = 0; g < plan.group; ++g) {
@@ -363,6 +362,13 @@ HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
         Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1},
                                          BOperand::RowMajor(t.rows.qrow, d_pad),
                                          t.acc0 + s * K * d_pad, d_pad, CMode::kAccumulate);
+        if (dq_acc != nullptr) {
+          float* dq =
+              dq_acc + (static_cast<size_t>(g) * dq_head_rows + static_cast<size_t>(i0)) * d_pad;
+          Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R},
+                                           BOperand::RowMajor(kq[s].ptr, kq[s].ld), dq, d_pad,
+                                           CMode::kAccumulate);
+        }
       }
     }
   }
@@ -372,6 +378,70 @@ HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
     StoreFromF32(p.dtype, t.acc0 + j * d_pad, D, 1.0f, At(a.dk, p.dtype, p.k_stride, b, key, hkv));
     StoreFromF32(p.dtype, t.acc1 + j * dv_pad, Dv, 1.0f,
                  At(a.dv, p.dtype, p.v_stride, b, key, hkv));
+  }
+}
+
+// Pass 1: dK and dV of up to Plan::kv_per_item consecutive K/V tiles.
+HWY_INLINE void BackwardKvItemImpl(const Plan& plan, int64_t item) {
+  const CallArgs& a = plan.a;
+  const flash_problem& p = *a.p;
+  int64_t b, hkv, kv_first;
+  plan.decode_kv_item(item, b, hkv, kv_first);
+  const size_t K = Tiles::kKeys;
+  const size_t n_tiles =
+      static_cast<size_t>(std::min<int64_t>(plan.kv_per_item, plan.kv_blocks - kv_first));
+  const size_t d_pad = RoundUpTo(static_cast<size_t>(p.head_dim), Tiles::kLanes);
+  BackwardTiles t = TakeBackwardTiles(p, Tiles::kRows, K * d_pad * n_tiles, n_tiles);
+  KvOperands kv[Plan::kMaxPasses];
+  const int64_t j_item = kv_first * static_cast<int64_t>(K);
+  for (size_t s = 0; s < n_tiles; ++s) {
+    const int64_t j0 = j_item + static_cast<int64_t>(s * K);
+    const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
+    kv[s] = LoadKv(a, b, hkv, j0, kb, RoundUpTo(kb, Tiles::kKeyAlign), t, s);
+  }
+  KvTilesOverQ(plan, b, hkv, kv_first, n_tiles, t, kv, nullptr, nullptr, 0);
+}
+
+// Fused backward (FusedBackward in cpu_plan.h): item = (batch, kv head). For each group
+// of up to kMaxPasses K/V tiles, in key order: dK, dV as pass 1 does, and dQ += dS·K
+// into an f32 accumulator of all the group's query rows (at most
+// FusedBackward::kMaxDqBytes), stored once at the end. Sᵀ and dPᵀ are computed once per
+// (q tile, K/V tile): 5 products where the two passes take 8. The dQ sums match pass 2
+// (key tiles at multiples of kKeys, in order; tiles a row does not see add exact zeros),
+// so dq, dk, dv are bitwise those of the two passes.
+HWY_INLINE void BackwardFusedItemImpl(const Plan& plan, int64_t item) {
+  const CallArgs& a = plan.a;
+  const flash_problem& p = *a.p;
+  const int64_t b = item / p.heads_kv, hkv = item % p.heads_kv;
+  const size_t R = Tiles::kRows, K = Tiles::kKeys, n_max = Plan::kMaxPasses;
+  const size_t D = static_cast<size_t>(p.head_dim);
+  const size_t d_pad = RoundUpTo(D, Tiles::kLanes);
+  const size_t head_rows = RoundUpTo(static_cast<size_t>(p.seqlen_q), R);
+  const size_t dk_floats = K * d_pad * n_max;
+  const size_t dq_floats = static_cast<size_t>(plan.group) * head_rows * d_pad;
+  // K slots [n_max, 2·n_max): each tile's keys without NaN/inf for the dQ product.
+  BackwardTiles t = TakeBackwardTiles(p, R, dk_floats + dq_floats, n_max, n_max);
+  float* dq_acc = t.acc0 + dk_floats;
+  std::fill(dq_acc, dq_acc + dq_floats, 0.0f);
+  KvOperands kv[Plan::kMaxPasses];
+  FiniteK kq[Plan::kMaxPasses];
+  for (int64_t kv_first = 0; kv_first < plan.kv_blocks; kv_first += Plan::kMaxPasses) {
+    const size_t n_tiles =
+        static_cast<size_t>(std::min<int64_t>(Plan::kMaxPasses, plan.kv_blocks - kv_first));
+    for (size_t s = 0; s < n_tiles; ++s) {
+      const int64_t j0 = (kv_first + static_cast<int64_t>(s)) * static_cast<int64_t>(K);
+      const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
+      kv[s] = LoadKv(a, b, hkv, j0, kb, RoundUpTo(kb, Tiles::kKeyAlign), t, s);
+      kq[s] = FiniteKeys(kv[s], kb, D, d_pad, t.kpack + (n_max + s) * K * d_pad);
+    }
+    KvTilesOverQ(plan, b, hkv, kv_first, n_tiles, t, kv, kq, dq_acc, head_rows);
+  }
+  for (int64_t g = 0; g < plan.group; ++g) {
+    const int64_t h = hkv * plan.group + g;
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      StoreFromF32(p.dtype,
+                   dq_acc + (static_cast<size_t>(g) * head_rows + static_cast<size_t>(i)) * d_pad,
+                   D, p.scale, At(a.dq, p.dtype, p.q_stride, b, i, h));
   }
 }
 
@@ -399,7 +469,10 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
   PassRanges(row_index, R, RP, pass_i);
   const int64_t i_first = qb * plan.rows_per_head;
   const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;
-  const int64_t j_begin = plan.mask.lo(i_first), j_end = plan.mask.hi(i_last);
+  // Key tiles start at multiples of kKeys (a window's first tile is partly masked), as
+  // in pass 1 and the fused item: each dq element sums the same tiles in the same order.
+  const int64_t j_end = plan.mask.hi(i_last);
+  const int64_t j_begin = plan.mask.lo(i_first) / static_cast<int64_t>(K) * static_cast<int64_t>(K);
   for (int64_t j0 = j_begin; j0 <= j_end; j0 += static_cast<int64_t>(K)) {
     const size_t kb = static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j0));
     const size_t k_rows = RoundUpTo(kb, Tiles::kKeyAlign);

@@ -119,12 +119,13 @@ struct CpuBackend {
     // The bf16 backwards (vdpbf16ps, AMX tiles) share the avx512 target's Plan: only the
     // dK/dV and dQ item functions differ.
     TargetKernels t = selected;
-    if (Decide(p, FLASH_BACKWARD, selected).path == Path::kBf16Tiles) {
+    const Decision decision = Decide(p, FLASH_BACKWARD, selected);
+    if (decision.path == Path::kBf16Tiles) {
       t.backward_kv_item = t.bf16_backward_kv_item;
       t.backward_q_item = t.bf16_backward_q_item;
     }
     if (detail::has_sequence_arrays(p))
-      return BackwardSequences(t, p, q, k, v, o, dout, lse, dq, dk, dv);
+      return BackwardSequences(t, p, q, k, v, o, dout, lse, dq, dk, dv, decision.fused);
     // Dᵢ per query row: O(batch·heads·seqlen_q), like lse (the backward is allowed
     // per-call memory of that size; nothing of size seqlen_q x seqlen_kv).
     std::vector<float> delta(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q));
@@ -132,6 +133,8 @@ struct CpuBackend {
     Plan plan = Plan::Make(args, t.tiles, Plan::kMaxPasses, Plan::kMaxPasses);
     plan.OrderForThreads(LoopThreads());  // item order only: results do not depend on it
     ParallelFor(plan.delta_items(), [&](int64_t item) { t.backward_delta_item(plan, item); });
+    if (decision.fused)
+      return ParallelFor(plan.bh, [&](int64_t item) { t.backward_fused_item(plan, item); });
     if (p.seqlen_kv > 0)
       ParallelFor(plan.kv_items(), [&](int64_t item) { t.backward_kv_item(plan, item); });
     ParallelFor(plan.q_items(), [&](int64_t item) { t.backward_q_item(plan, item); });
@@ -187,13 +190,48 @@ struct CpuBackend {
   struct Decision {
     Path path;
     std::string kernel;  // what choose() reports (FLASH_LOG=1)
+    bool fused = false;  // backward on Path::kTiles: the fused item instead of two passes
   };
+
+  // The fused backward (FusedBackward in cpu_plan.h) for a backward on the Highway
+  // kernels: its dQ accumulator fits for every sequence, and FLASH_CPU_BWD_FUSED=1 or the
+  // cost model says batch x kv heads items keep this call's threads busy enough. It may
+  // follow the thread count because its results are bitwise those of the two passes.
+  static bool FusedBackwardPays(const flash_problem& p, const TargetTiles& tiles) {
+    const int forced = FusedBackward::Forced();
+    if (forced == 0) return false;
+    const int64_t group = p.heads_q / p.heads_kv;
+    const int64_t threads = LoopThreads();
+    if (!detail::has_sequence_arrays(p)) {
+      if (p.seqlen_q == 0 || p.seqlen_kv == 0 ||
+          !FusedBackward::Fits(group, p.seqlen_q, p.head_dim, tiles))
+        return false;
+      if (forced == 1) return true;
+      // Equal items: a makespan of ceil(items / threads) items.
+      const int64_t items = p.batch * p.heads_kv;
+      return FusedBackward::kFusedProducts * static_cast<double>((items + threads - 1) / threads) <=
+             FusedBackward::kTwoPassProducts * static_cast<double>(items) /
+                 static_cast<double>(threads);
+    }
+    const detail::SequenceArrays arrays = detail::arrays_of(p);
+    std::vector<double> costs;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t sq = detail::seq_len_q(p, arrays, b), sk = detail::seq_len_kv(p, arrays, b);
+      if (!FusedBackward::Fits(group, sq, p.head_dim, tiles)) return false;
+      if (sq > 0)
+        costs.insert(costs.end(), static_cast<size_t>(p.heads_kv),
+                     static_cast<double>(sq) * static_cast<double>(std::max<int64_t>(sk, 1)));
+    }
+    if (costs.empty()) return false;
+    return forced == 1 || FusedBackward::Pays(std::move(costs), threads);
+  }
 
   // The one decision (choose() reports it, forward() follows it). Every validated
   // problem runs (any head_dim, dtype, mask, stride); the SIMD target and the path vary.
   // Decode (decode-inl.h): a forward whose rows per (sequence, kv head) fit one decode
   // item, against enough keys to split, with head dims in whole pairs of vectors (the
   // decode kernel has no partial vectors); it reads paged caches in place.
+  // Backward on the Highway kernels: the fused item (".fused") where FusedBackwardPays().
   // amx / avx512bf16: a prefill forward or a backward that Avx512Bf16Declines() accepts
   // (bf16, any head dims) runs the target's own kernels (cpu.fwd.amx.*, cpu.bwd.amx.* on
   // tiles, cpu.fwd.avx512bf16.*, cpu.bwd.avx512bf16.* on vdpbf16ps); f32, f16 and decode
@@ -226,7 +264,10 @@ struct CpuBackend {
     if (p.cu_seqlens_q || p.cu_seqlens_kv) kernel += ".packed";
     if (p.seqlens_kv) kernel += ".cache";
     if (p.block_table) kernel += decode ? ".paged" : ".paged-gather";
-    return {decode ? Path::kDecode : bf16 ? Path::kBf16Tiles : Path::kTiles, kernel};
+    const bool fused = direction == FLASH_BACKWARD && !bf16 && t.backward_fused_item &&
+                       FusedBackwardPays(p, t.tiles);
+    if (fused) kernel += ".fused";
+    return {decode ? Path::kDecode : bf16 ? Path::kBf16Tiles : Path::kTiles, kernel, fused};
   }
 
   // Decode: items (sequence, kv head, key chunk) in one parallel loop, then the combine
@@ -325,7 +366,7 @@ struct CpuBackend {
 
   static void BackwardSequences(const TargetKernels& t, const flash_problem& p, const void* q,
                                 const void* k, const void* v, const void* o, const void* dout,
-                                const float* lse, void* dq, void* dk, void* dv) {
+                                const float* lse, void* dq, void* dk, void* dv, bool fused) {
     // Validation keeps seqlens_kv and block_table out of the backward: packed batches only.
     std::vector<SequenceCall> calls = SplitSequences(p, q, k, v, o, nullptr, dout, dq, dk, dv);
     const int64_t rows =
@@ -360,6 +401,11 @@ struct CpuBackend {
     };
     pass([](const Plan& pl, const flash_problem&) { return pl.delta_items(); },
          t.backward_delta_item);
+    if (fused) {
+      pass([](const Plan& pl, const flash_problem& sp) { return sp.seqlen_q > 0 ? pl.bh : 0; },
+           t.backward_fused_item);
+      return;
+    }
     pass([](const Plan& pl,
             const flash_problem& sp) { return sp.seqlen_kv > 0 ? pl.kv_items() : int64_t{0}; },
          t.backward_kv_item);

@@ -241,7 +241,57 @@ struct Plan {
   }
 };
 
-// Per-thread scratch memory, O(tile). Each OpenMP worker keeps one in thread-local
+// The fused backward (backward-inl.h, BackwardFusedItemImpl): one item per (batch, kv
+// head) computes dK, dV and dQ in one pass (5 tile products per (q tile, K/V tile) where
+// the two passes take 8), holding the f32 dQ of all the group's query rows. Its results
+// are bitwise those of the two passes (same tiles, same order per output element), so
+// the choice may follow the thread count: it is taken where batch x kv heads items keep
+// the threads as busy as the two passes' 8/5 more arithmetic would.
+struct FusedBackward {
+  // dQ accumulator per item (group x seqlen_q rows of head_dim floats): it stays in L2.
+  static constexpr size_t kMaxDqBytes = size_t{2} << 20;
+  // Tile products per (q tile, K/V tile): fused, two passes.
+  static constexpr double kFusedProducts = 5, kTwoPassProducts = 8;
+
+  // group x seqlen_q rows of head_dim (padded to whole vectors) floats within
+  // kMaxDqBytes; the item pads rows to whole q tiles on top (S = 4096, D = 128 fits).
+  static bool Fits(int64_t group, int64_t seqlen_q, int64_t head_dim, const TargetTiles& t) {
+    const size_t d_pad = (static_cast<size_t>(head_dim) + t.lanes - 1) / t.lanes * t.lanes;
+    return static_cast<size_t>(group * seqlen_q) * d_pad * sizeof(float) <= kMaxDqBytes;
+  }
+
+  // FLASH_CPU_BWD_FUSED: "0" always runs the two passes, "1" the fused backward wherever
+  // its dQ accumulator fits (whatever the thread count); unset or anything else: Pays().
+  // Read on every call, so tests and A/B timings can switch it with setenv.
+  static int Forced() {
+    const char* env = std::getenv("FLASH_CPU_BWD_FUSED");
+    if (env == nullptr || (env[0] != '0' && env[0] != '1') || env[1] != '\0') return -1;
+    return env[0] - '0';
+  }
+
+  // Cost model: item costs (any unit, e.g. q rows x keys x group heads) of the fused
+  // items, scheduled longest first on `threads` threads (the makespan of the dynamic
+  // schedule when items come costliest first), against the two passes' 8/5 of the same
+  // work spread evenly. B=1, H=16 on 16 threads: 5 vs 8 (fused); 17 items on 16
+  // threads: 10 vs 8.5 (two passes).
+  static bool Pays(std::vector<double> costs, int64_t threads) {
+    if (costs.empty() || threads < 1) return false;
+    std::sort(costs.begin(), costs.end(), [](double x, double y) { return x > y; });
+    std::vector<double> load(
+        static_cast<size_t>(std::min<int64_t>(threads, static_cast<int64_t>(costs.size()))), 0.0);
+    double total = 0;
+    for (double c : costs) {
+      *std::min_element(load.begin(), load.end()) += c;
+      total += c;
+    }
+    const double fused = kFusedProducts * *std::max_element(load.begin(), load.end());
+    const double two_pass = kTwoPassProducts * total / static_cast<double>(threads);
+    return fused <= two_pass;
+  }
+};
+
+// Per-thread scratch memory, O(tile) (the fused backward: plus its dQ accumulator,
+// at most FusedBackward::kMaxDqBytes). Each OpenMP worker keeps one in thread-local
 // storage; it only grows (to the largest tile set seen) and is reused by every later
 // call on that thread, so a call allocates nothing once the pool is warm.
 class Workspace {

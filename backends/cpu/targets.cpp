@@ -25,6 +25,7 @@ void ForwardItem(const Plan& plan, int64_t item) { ForwardItemImpl(plan, item); 
 void BackwardDeltaItem(const Plan& plan, int64_t item) { BackwardDeltaItemImpl(plan, item); }
 void BackwardKvItem(const Plan& plan, int64_t item) { BackwardKvItemImpl(plan, item); }
 void BackwardQItem(const Plan& plan, int64_t item) { BackwardQItemImpl(plan, item); }
+void BackwardFusedItem(const Plan& plan, int64_t item) { BackwardFusedItemImpl(plan, item); }
 void DecodeItem(const DecodePlan& plan, int64_t item) { DecodeItemImpl(plan, item); }
 void DecodeCombine(const DecodePlan& plan, int64_t unit) { DecodeCombineImpl(plan, unit); }
 TargetTiles GetTiles() { return MakeTargetTiles(); }
@@ -61,6 +62,7 @@ HWY_EXPORT(ForwardItem);
 HWY_EXPORT(BackwardDeltaItem);
 HWY_EXPORT(BackwardKvItem);
 HWY_EXPORT(BackwardQItem);
+HWY_EXPORT(BackwardFusedItem);
 HWY_EXPORT(DecodeItem);
 HWY_EXPORT(DecodeCombine);
 HWY_EXPORT(GetTiles);
@@ -116,6 +118,7 @@ std::vector<TargetKernels> Discover() {
                    HWY_DISPATCH_TABLE(BackwardKvItem)[i], HWY_DISPATCH_TABLE(BackwardQItem)[i],
                    HWY_DISPATCH_TABLE(DecodeItem)[i], HWY_DISPATCH_TABLE(DecodeCombine)[i],
                    HWY_DISPATCH_TABLE(Exp2Array)[i]});
+    out.back().backward_fused_item = HWY_DISPATCH_TABLE(BackwardFusedItem)[i];
   }
   // amx (forward_amx.cpp, backward_amx.cpp) and avx512bf16 (forward_avx512bf16.cpp,
   // backward_avx512bf16.cpp): the avx512 kernels with a bf16 forward and backward in

@@ -33,6 +33,9 @@ struct TargetKernels {
   void (*bf16_backward_kv_item)(const Plan&, int64_t item) = nullptr;
   void (*bf16_backward_q_item)(const Plan&, int64_t item) = nullptr;
   const char* highway_name = name;  // the Highway target whose kernels the rest uses
+  // The fused f32/f16 backward item (backward-inl.h; item = batch, kv head), where
+  // choose() takes it (FusedBackward in cpu_plan.h). The bf16 targets keep the avx512 one.
+  void (*backward_fused_item)(const Plan&, int64_t item) = nullptr;
 };
 
 // Targets this binary has and this CPU runs, best first. Never empty (scalar).

@@ -6,7 +6,9 @@
 //        the ratio A/B (wall and per CPU-second), then the median ratio. A side is
 //        dtype[@target]: bf16@amx/bf16@avx512bf16 runs bf16 with FLASH_CPU_TARGET=amx
 //        against bf16 with FLASH_CPU_TARGET=avx512bf16 (no @: the environment's choice).
-//        An 8th argument "backward" alternates backwards instead of forwards.
+//        An 8th argument "backward" alternates backwards instead of forwards. A side may
+//        end in #0 or #1: FLASH_CPU_BWD_FUSED for it, e.g. f32#1/f32#0 backward times the
+//        fused f32 backward against the two passes.
 // FLOPs: 4·B·H·Sq·Sk·D forward (half for causal); backward 2.5x forward.
 #include <immintrin.h>
 #include <omp.h>
@@ -87,31 +89,52 @@ std::pair<double, double> PeakGflops(int threads) {
 }
 
 int32_t DType(const std::string& name) {
-  const std::string dtype = name.substr(0, name.find('@'));
+  const std::string dtype = name.substr(0, name.find_first_of("@#"));
   return dtype == "f16" ? FLASH_F16 : dtype == "bf16" ? FLASH_BF16 : FLASH_F32;
 }
 
-// FLASH_CPU_TARGET for side `name` ("dtype@target"), or the environment's value at start.
-struct TargetScope {
-  std::string saved;
+// Sets environment variable `var` to `value` for a scope (none: left as it is).
+struct EnvScope {
+  std::string var, saved;
   bool had = false, active = false;
-  explicit TargetScope(const std::string& name) {
-    const size_t at = name.find('@');
-    if (at == std::string::npos) return;
-    if (const char* old = std::getenv("FLASH_CPU_TARGET")) {
+  EnvScope(const char* name, const std::string* value) : var(name) {
+    if (value == nullptr) return;
+    if (const char* old = std::getenv(name)) {
       had = true;
       saved = old;
     }
-    setenv("FLASH_CPU_TARGET", name.substr(at + 1).c_str(), 1);
+    setenv(name, value->c_str(), 1);
     active = true;
   }
-  ~TargetScope() {
+  ~EnvScope() {
     if (!active) return;
     if (had)
-      setenv("FLASH_CPU_TARGET", saved.c_str(), 1);
+      setenv(var.c_str(), saved.c_str(), 1);
     else
-      unsetenv("FLASH_CPU_TARGET");
+      unsetenv(var.c_str());
   }
+};
+
+// The text of side `name` ("dtype[@target][#fused]") after `mark` up to the next mark.
+std::string Field(const std::string& name, char mark, bool* present) {
+  const size_t at = name.find(mark);
+  *present = at != std::string::npos;
+  if (!*present) return "";
+  const size_t end = name.find_first_of("@#", at + 1);
+  return name.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+}
+
+// FLASH_CPU_TARGET (@) and FLASH_CPU_BWD_FUSED (#) for side `name`, or the
+// environment's values at start.
+struct TargetScope {
+  bool has_target = false, has_fused = false;
+  std::string target_value, fused_value;
+  EnvScope target, fused;
+  explicit TargetScope(const std::string& name)
+      : target_value(Field(name, '@', &has_target)),
+        fused_value(Field(name, '#', &has_fused)),
+        target("FLASH_CPU_TARGET", has_target ? &target_value : nullptr),
+        fused("FLASH_CPU_BWD_FUSED", has_fused ? &fused_value : nullptr) {}
 };
 
 // Forwards of two dtypes on one shape, alternating so that both see the same load.
