@@ -13,7 +13,9 @@
 #            backward on 16 threads beside torch's CPU SDPA (bench/compare_torch.py
 #            --device cpu), D = 64/128, S = 1k/4k, causal and not; then alternations of
 #            flash_cpu_speed at B=1 H=8 S=2048 D=128: bf16 amx vs avx512bf16 and amx vs
-#            f32, forward and backward
+#            f32, forward and backward; the fused f32 backward vs the two passes
+#            (FLASH_CPU_BWD_FUSED=1/0) at B=1 H=16 D=128 S=1k/4k (SPEED_RUNS name
+#            bwd_fused_vs_two_pass)
 #   items    S = 1k at 16 threads: the default plan (32 items, cost-major order) against
 #            head-major order and against 128 items
 #   repro    the one odd point of the 2026-11-24 run (bf16 amx D=64 S=1k causal: 0.27 TF/s
@@ -139,6 +141,14 @@ if has speed; then
     in_time "flash_cpu_speed $1" || continue
     OMP_NUM_THREADS=$THREADS timeout 60 $b/tests/cpu/flash_cpu_speed 1 8 2048 128 $2 4 ${3:-} \
       > "$OUT/speed_$1.log" 2>&1
+  done
+  # The fused f32 backward against the two passes, alternating (FLASH_CPU_BWD_FUSED=1/0;
+  # issue 17), at compare_torch's shape: B=1 H=16 D=128, S = 1k and 4k.
+  for S in 1024 4096; do
+    [ -n "${SPEED_RUNS:-}" ] && [[ " $SPEED_RUNS " != *" bwd_fused_vs_two_pass "* ]] && continue
+    in_time "flash_cpu_speed bwd_fused_vs_two_pass S=$S" || continue
+    OMP_NUM_THREADS=$THREADS timeout 120 $b/tests/cpu/flash_cpu_speed 1 16 $S 128 'f32#1/f32#0' 4 \
+      backward > "$OUT/speed_bwd_fused_vs_two_pass_s$S.log" 2>&1
   done
   for log in "$OUT"/speed_*.log; do
     echo "$(basename "$log"):"
