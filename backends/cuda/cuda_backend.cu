@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bwd_configs.hpp"
@@ -224,44 +225,36 @@ void fill_strides(int64_t dst[3], const int64_t src[3]) {
   for (int i = 0; i < 3; ++i) dst[i] = src[i];
 }
 
-template <Dtype kDtype>
-void dispatch_forward(int dim, const FwdParams& f, int batch, cudaStream_t stream) {
+// Calls fn(std::integral_constant<int, D>{}) for the tile head dim D == dim (tile_dim()).
+template <class Fn>
+void with_tile_dim(int dim, const Fn& fn) {
   switch (dim) {
     case 32:
-      return launch_forward<kDtype, 32>(f, batch, stream);
+      return fn(std::integral_constant<int, 32>{});
     case 64:
-      return launch_forward<kDtype, 64>(f, batch, stream);
+      return fn(std::integral_constant<int, 64>{});
     case 96:
-      return launch_forward<kDtype, 96>(f, batch, stream);
+      return fn(std::integral_constant<int, 96>{});
     case 128:
-      return launch_forward<kDtype, 128>(f, batch, stream);
+      return fn(std::integral_constant<int, 128>{});
     case 160:
-      return launch_forward<kDtype, 160>(f, batch, stream);
+      return fn(std::integral_constant<int, 160>{});
     case 192:
-      return launch_forward<kDtype, 192>(f, batch, stream);
+      return fn(std::integral_constant<int, 192>{});
     case 256:
-      return launch_forward<kDtype, 256>(f, batch, stream);
+      return fn(std::integral_constant<int, 256>{});
   }
 }
 
 template <Dtype kDtype>
+void dispatch_forward(int dim, const FwdParams& f, int batch, cudaStream_t stream) {
+  with_tile_dim(dim, [&](auto d) { launch_forward<kDtype, decltype(d)::value>(f, batch, stream); });
+}
+
+template <Dtype kDtype>
 void dispatch_backward(int dim, const BwdParams& b, int batch, cudaStream_t stream) {
-  switch (dim) {
-    case 32:
-      return launch_backward<kDtype, 32>(b, batch, stream);
-    case 64:
-      return launch_backward<kDtype, 64>(b, batch, stream);
-    case 96:
-      return launch_backward<kDtype, 96>(b, batch, stream);
-    case 128:
-      return launch_backward<kDtype, 128>(b, batch, stream);
-    case 160:
-      return launch_backward<kDtype, 160>(b, batch, stream);
-    case 192:
-      return launch_backward<kDtype, 192>(b, batch, stream);
-    case 256:
-      return launch_backward<kDtype, 256>(b, batch, stream);
-  }
+  with_tile_dim(dim,
+                [&](auto d) { launch_backward<kDtype, decltype(d)::value>(b, batch, stream); });
 }
 
 }  // namespace

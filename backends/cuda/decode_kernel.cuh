@@ -147,6 +147,33 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// Element offsets of the K and V rows of key `key` of kv head `kv_head` in sequence b
+// (paged: row key % page_size of page block_table[b · pages_per_seq + key / page_size]).
+// ok is false for keys at or past k_end and for page ids outside [0, num_pages): such a
+// key reads nothing (the caller zero-fills its row and masks it).
+struct KeyRowOffsets {
+  int64_t k, v;
+  bool ok;
+};
+__device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
+                                                         const SequenceRows& seq, int64_t b,
+                                                         int kv_head, int key, int k_end) {
+  const FwdParams& p = dp.f;
+  KeyRowOffsets r{0, 0, key < k_end};
+  if (dp.block_table) {
+    int64_t page = -1;
+    if (r.ok) page = dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
+    r.ok = r.ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
+    const int64_t in_page = key % dp.page_size;
+    r.k = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
+    r.v = page * p.v_stride[0] + in_page * p.v_stride[1] + kv_head * p.v_stride[2];
+  } else {
+    r.k = seq.k + (int64_t)key * p.k_stride[1] + kv_head * p.k_stride[2];
+    r.v = seq.v + (int64_t)key * p.v_stride[1] + kv_head * p.v_stride[2];
+  }
+  return r;
+}
+
 // The split merge, folded into the split kernel (threadFenceReduction pattern; measured
 // against a second, programmatically dependent merge kernel: +2 % at B = 1, 8k keys,
 // equal elsewhere, bench/RESULTS.md): every block of a
@@ -350,20 +377,9 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
   // Issues the copies of the warp's n-th tile into stage n % kStages.
   auto load_tile = [&](int n) {
     const int t0 = k_begin + (warp + W * n) * KT;
-    const int key = t0 + lane;
-    bool ok = key < k_end;
-    int64_t k_off = 0, v_off = 0;
-    if (dp.block_table) {
-      int64_t page = -1;
-      if (ok) page = dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
-      ok = ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
-      const int64_t in_page = key % dp.page_size;
-      k_off = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
-      v_off = page * p.v_stride[0] + in_page * p.v_stride[1] + kv_head * p.v_stride[2];
-    } else {
-      k_off = seq.k + (int64_t)key * p.k_stride[1] + kv_head * p.k_stride[2];
-      v_off = seq.v + (int64_t)key * p.v_stride[1] + kv_head * p.v_stride[2];
-    }
+    const KeyRowOffsets row = key_row_offsets(dp, seq, b, kv_head, t0 + lane, k_end);
+    const bool ok = row.ok;
+    const int64_t k_off = row.k, v_off = row.v;
     const uint32_t ks = smem_addr(my_ring + (n % S::kStages) * 2 * S::kTileBytes);
     const uint32_t vs = ks + S::kTileBytes;
 #pragma unroll

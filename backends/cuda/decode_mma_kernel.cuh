@@ -131,20 +131,10 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 
   // Issues the copies of the warp's n-th tile into stage n % kStages.
   auto load_tile = [&](int n) {
-    const int key = k_begin + (warp + W * n) * KT + lane;
-    bool ok = key < k_end;
-    int64_t k_off = 0, v_off = 0;
-    if (dp.block_table) {
-      int64_t page = -1;
-      if (ok) page = dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
-      ok = ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
-      const int64_t in_page = key % dp.page_size;
-      k_off = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
-      v_off = page * p.v_stride[0] + in_page * p.v_stride[1] + kv_head * p.v_stride[2];
-    } else {
-      k_off = seq.k + (int64_t)key * p.k_stride[1] + kv_head * p.k_stride[2];
-      v_off = seq.v + (int64_t)key * p.v_stride[1] + kv_head * p.v_stride[2];
-    }
+    const KeyRowOffsets row =
+        key_row_offsets(dp, seq, b, kv_head, k_begin + (warp + W * n) * KT + lane, k_end);
+    const bool ok = row.ok;
+    const int64_t k_off = row.k, v_off = row.v;
     const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
 #pragma unroll
     for (int it = 0; it < KT * KC / 32; ++it) {
