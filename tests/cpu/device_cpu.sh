@@ -23,6 +23,7 @@
 #            that shape, then right after 200 ms of torch SDPA on 16 threads in the same
 #            parent process (as compare_torch runs it), then 1 s later; median and min
 #            of 20 calls each (bench/RESULTS.md, "Dev machine", issue 17 helper entry)
+#   decode   CPU decode GB/s beside a host copy, two rounds (issue 14; run it alone)
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
 # The AMX backward against torch alone (~3 minutes with the build):
 #   STEPS="build speed table" SPEED_RUNS="bf16_bwd_amx" bash tests/cpu/device_cpu.sh
@@ -61,7 +62,7 @@ export FLASHATTN_COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || ec
 
 if has build; then
   t0=$(date +%s)
-  targets="flashattn_tests flash_cpu_target_test flash_cpu_bf16_kernel_test flash_cpu_amx_emulated_test flash_cpu_speed flashattn-compare"
+  targets="flashattn_tests flash_cpu_target_test flash_cpu_bf16_kernel_test flash_cpu_amx_emulated_test flash_cpu_speed flashattn-compare flashattn-decode-bench"
   (cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=OFF \
      -DFLASHATTN_HIP=OFF -DFLASHATTN_TESTS=ON -DFLASHATTN_BENCH=ON &&
     timeout "${BUILD_TIMEOUT:-300}" cmake --build $b -j"$(nproc)" --target $targets -- -k 0) > "$OUT/build.log" 2>&1
@@ -207,6 +208,21 @@ for tag in ("alone", "after_torch", "after_torch_1s"):
     ours(tag)
 EOF
   echo "repro: $(($(date +%s) - t0)) s"
+fi
+
+# decode: issue 14's CPU decode bar (>= 0.8 of a host copy at 8k and 128k keys), f32 and
+# bf16, B = 1 and 8, contiguous and paged 64, two rounds (the copy reference itself moves
+# between runs); not in the default STEPS (it needs a quiet host: run it alone).
+if has decode && in_time "decode"; then
+  t0=$(date +%s)
+  for round in 1 2; do
+    for dt in f32 bf16; do
+      OMP_NUM_THREADS=$THREADS timeout 120 $b/bench/flashattn-decode-bench --backend cpu --dtype $dt \
+        --batch 1 8 --keys 8192 131072 --queries 1 --page 0 64 --iters 10 2>&1 |
+        grep -E "^\| cpu" | sed "s/^| cpu /| cpu r$round /"
+    done
+  done | tee "$OUT/decode.log"
+  echo "decode: $(($(date +%s) - t0)) s"
 fi
 
 if has table; then
