@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "decode.hpp"
+#include "decode_trace.cuh"
 #include "device_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
@@ -320,6 +321,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
   const MaskParams& mask = seq.mask;
   const int rows_total = mask.seqlen_q * p.group, row0 = chunk * M;
   if (row0 >= rows_total) return;  // this sequence has fewer rows (block-uniform)
+  decode_trace(DecodeMark::start);
 
   // Keys of this split (a multiple of the tile), narrowed to what the chunk's rows see.
   const int skv = mask.seqlen_kv;
@@ -472,6 +474,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
     __syncwarp();  // p_s and this stage are reused by the next tiles
   }
   cp_async_wait<0>();
+  decode_trace(DecodeMark::streamed);
 
   // ---- combine the warps: max, sum and O of each row ----------------------------------
   __syncthreads();                               // every warp is done with its ring: reuse it
@@ -489,6 +492,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_split_kernel(const DecodeP
   }
   __syncthreads();
   decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
+  decode_trace(DecodeMark::end);
 }
 
 }  // namespace flash::cuda

@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const MaskParams& mask = seq.mask;
   const int rows_total = mask.seqlen_q * p.group, row0 = chunk * M;
   if (row0 >= rows_total) return;  // block-uniform
+  decode_trace(DecodeMark::start);
 
   const int skv = mask.seqlen_kv;
   const int per_split = ((skv + dp.splits - 1) / dp.splits + KT - 1) / KT * KT;
@@ -285,6 +286,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     __syncwarp();  // this stage is refilled by a later load_tile
   }
   cp_async_wait<0>();
+  decode_trace(DecodeMark::streamed);
 
   // ---- combine the warps in shared memory: O, max, sum per row ------------------------
   __syncthreads();                               // every warp is done with its ring
@@ -307,6 +309,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   }
   __syncthreads();
   decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
+  decode_trace(DecodeMark::end);
 }
 
 // Raises a kernel's dynamic shared-memory limit once (a driver call per launch would
@@ -329,6 +332,7 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       DecodeParams part = dp;
       part.f.batch_offset = b0;
       const int n = std::min(batch - b0, 65535);
+      decode_trace_before_launch(stream);
       kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
     }
   };

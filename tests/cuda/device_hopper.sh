@@ -6,7 +6,7 @@
 # torch (decode: compare_torch.py --decode, which also checks each problem against the
 # reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
 # Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench decodeab ncu ncufwd decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench decodeab decodetrace ncu ncufwd decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -109,6 +109,18 @@ if has decodeab; then
           sed "s/^| cuda /| $v gate$gate /" | tee -a "$OUT/decodeab.log" | grep -E "^\| $v" | cut -d'|' -f2,4,7,8,10-13
       done
     done
+  done
+fi
+# decodetrace: per-block timestamps of the decode kernel (the variant module built with
+# VARIANT_FLAGS=-DFLASH_DECODE_TRACE, decode_trace.cuh), one bench process per problem
+# (the summary covers the process's last launch): start skew, streaming time per block,
+# merge tail.
+if has decodetrace && [ -n "$variant_mod" ]; then
+  for prob in ${TRACE_PROBLEMS:-1:8192 1:32768 1:131072 8:32768}; do
+    echo "== batch ${prob%%:*} keys ${prob##*:}" | tee -a "$OUT/decodetrace.log"
+    FLASH_BACKEND_PATH=$(dirname "$variant_mod") timeout 60 $b/bench/flashattn-decode-bench \
+      --backend cuda --iters 5 --queries 1 --batch ${prob%%:*} --keys ${prob##*:} --page 0 \
+      2>&1 | grep -vE "^\|---" | tee -a "$OUT/decodetrace.log" | tail -9
   done
 fi
 # ncu: kernel time and DRAM throughput of the decode kernels (split + combine) at B = 1,

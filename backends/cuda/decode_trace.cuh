@@ -1,0 +1,113 @@
+// Per-block timestamps of the decode kernels, for diagnostic builds only
+// (-DFLASH_DECODE_TRACE, e.g. VARIANT_FLAGS in tests/cuda/device_hopper.sh, step
+// decodetrace). Each block's thread 0 records when it started, when its keys were
+// streamed and when it finished (after the split merge, for the unit's last block), and
+// its SM; at process exit the last launch's records are summarised on stderr: how the
+// kernel's time splits into start skew, streaming and tail. Without the macro every
+// hook is empty and nothing here is compiled into the module.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#ifdef FLASH_DECODE_TRACE
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#endif
+
+namespace flash::cuda {
+
+enum class DecodeMark { start, streamed, end };
+
+#ifdef FLASH_DECODE_TRACE
+struct DecodeTraceRecord {
+  unsigned long long t[3];  // globaltimer ns at each DecodeMark
+  unsigned sm, used;
+};
+constexpr int kDecodeTraceBlocks = 16384;
+// static: one copy per translation unit (each dtype's launcher reads its own).
+static __device__ DecodeTraceRecord g_decode_trace[kDecodeTraceBlocks];
+
+__device__ __forceinline__ void decode_trace(DecodeMark mark) {
+  if (threadIdx.x != 0) return;
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (block >= kDecodeTraceBlocks) return;
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  DecodeTraceRecord& r = g_decode_trace[block];
+  r.t[static_cast<int>(mark)] = now;
+  if (mark == DecodeMark::start) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    r.sm = sm;
+    r.used = 1;
+  }
+}
+
+// Quantiles (0, 10, 50, 90, 100 %) of v in microseconds.
+inline void print_quantiles(const char* what, std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto q = [&](double f) { return v[static_cast<size_t>(f * (v.size() - 1))] / 1e3; };
+  std::fprintf(stderr, "  %-26s %8.2f %8.2f %8.2f %8.2f %8.2f\n", what, q(0), q(0.1), q(0.5),
+               q(0.9), q(1));
+}
+
+inline void decode_trace_summary() {
+  std::vector<DecodeTraceRecord> rec(kDecodeTraceBlocks);
+  if (cudaMemcpyFromSymbol(rec.data(), g_decode_trace, sizeof(DecodeTraceRecord) * rec.size()) !=
+      cudaSuccess)
+    return;
+  rec.erase(std::remove_if(rec.begin(), rec.end(), [](const auto& r) { return r.used == 0; }),
+            rec.end());
+  if (rec.empty()) return;
+  unsigned long long t0 = ~0ull, t_end = 0;
+  for (const auto& r : rec) {
+    t0 = std::min(t0, r.t[0]);
+    t_end = std::max(t_end, r.t[2]);
+  }
+  std::vector<double> start, stream, streamed, tail, end;
+  std::vector<int> per_sm(1024, 0);
+  for (const auto& r : rec) {
+    start.push_back(static_cast<double>(r.t[0] - t0));
+    stream.push_back(static_cast<double>(r.t[1] - r.t[0]));
+    streamed.push_back(static_cast<double>(r.t[1] - t0));
+    tail.push_back(static_cast<double>(r.t[2] - r.t[1]));
+    end.push_back(static_cast<double>(r.t[2] - t0));
+    ++per_sm[std::min(r.sm, 1023u)];
+  }
+  int sms = 0, most = 0;
+  for (int n : per_sm) {
+    sms += n > 0;
+    most = std::max(most, n);
+  }
+  std::fprintf(stderr,
+               "decode trace (last launch): %zu blocks on %d SMs (at most %d per SM), first start "
+               "to last end %.2f us\n  %-26s %8s %8s %8s %8s %8s\n",
+               rec.size(), sms, most, (t_end - t0) / 1e3, "us (quantiles)", "min", "10%", "50%",
+               "90%", "max");
+  print_quantiles("start (from first start)", start);
+  print_quantiles("streaming (start..streamed)", stream);
+  print_quantiles("streamed (from first start)", streamed);
+  print_quantiles("epilogue+merge", tail);
+  print_quantiles("end (from first start)", end);
+}
+
+// Clears the records before a launch (blocks that return early leave none) and
+// registers the exit summary once.
+inline void decode_trace_before_launch(cudaStream_t stream) {
+  static const bool registered = [] {
+    std::atexit(decode_trace_summary);
+    return true;
+  }();
+  (void)registered;
+  void* records = nullptr;
+  if (cudaGetSymbolAddress(&records, g_decode_trace) == cudaSuccess)
+    cudaMemsetAsync(records, 0, sizeof(DecodeTraceRecord) * kDecodeTraceBlocks, stream);
+}
+#else
+__device__ __forceinline__ void decode_trace(DecodeMark) {}
+inline void decode_trace_before_launch(cudaStream_t) {}
+#endif
+
+}  // namespace flash::cuda
