@@ -114,8 +114,45 @@ HWY_INLINE void RowStats(const CallArgs& a, int64_t b, int64_t h, int64_t i, flo
                                                          : lse * kLog2e;
 }
 
-// Loads, for one q row i of head h: Q (scaled) into qrow (and Qᵀ column r), dO into
-// dorow (and dOᵀ column r), Dᵢ and lse·log2e. i < 0 fills a padding row.
+// dst[c·ld_dst + r] = src[r·ld_src + c] for r < rows, c < cols: 4x4 blocks through
+// 128-bit registers (two rounds of interleaves), the edges element by element. The
+// backward needs Q and dO both ways (Qᵀ, dOᵀ as B of Sᵀ and dPᵀ; Q, dO as B of dK and
+// dV); one element at a time the transposes were ~4% of the fused item's time (dev
+// machine, S = 1k, D = 128, 1 thread: rdtsc around the row loads).
+HWY_INLINE void Transpose(const float* HWY_RESTRICT src, size_t ld_src, size_t rows, size_t cols,
+                          float* HWY_RESTRICT dst, size_t ld_dst) {
+  size_t r = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::Full128<float> d4;
+  const hn::Repartition<uint64_t, decltype(d4)> d2;
+  const size_t cols4 = cols / 4 * 4;
+  for (; r + 4 <= rows; r += 4) {
+    const float* s = src + r * ld_src;
+    for (size_t c = 0; c < cols4; c += 4) {
+      const auto r0 = hn::LoadU(d4, s + c), r1 = hn::LoadU(d4, s + ld_src + c);
+      const auto r2 = hn::LoadU(d4, s + 2 * ld_src + c), r3 = hn::LoadU(d4, s + 3 * ld_src + c);
+      // Pairs of rows per column (r0c0 r1c0 r0c1 r1c1, ...), then pairs of those.
+      const auto lo01 = hn::BitCast(d2, hn::InterleaveLower(d4, r0, r1));
+      const auto lo23 = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
+      const auto hi01 = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
+      const auto hi23 = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
+      float* o = dst + c * ld_dst + r;
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, lo01, lo23)), d4, o);
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, lo01, lo23)), d4, o + ld_dst);
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, hi01, hi23)), d4, o + 2 * ld_dst);
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, hi01, hi23)), d4, o + 3 * ld_dst);
+    }
+    for (size_t c = cols4; c < cols; ++c)
+      for (size_t k = 0; k < 4; ++k) dst[c * ld_dst + r + k] = s[k * ld_src + c];
+  }
+#endif
+  for (; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+}
+
+// The item's q rows: Q (scaled) in qrow and Qᵀ in qt, dO in dorow and dOᵀ in dot,
+// Dᵢ and lse·log2e. Load() fills row r from q row i of head h (i < 0: a padding row
+// of zeros); Transpose() then writes qt and dot for all rows at once.
 struct BackwardRows {
   float *qt, *qrow, *dot, *dorow, *di, *lse2;
   size_t rows, d_pad, dv_pad;
@@ -125,21 +162,21 @@ struct BackwardRows {
     const size_t D = static_cast<size_t>(p.head_dim), Dv = static_cast<size_t>(p.head_dim_v);
     float* qr = qrow + r * d_pad;
     float* dr = dorow + r * dv_pad;
+    RowStats(a, b, h, i, di + r, lse2 + r);
     if (i < 0) {
       std::fill(qr, qr + d_pad, 0.0f);
       std::fill(dr, dr + dv_pad, 0.0f);
-      for (size_t c = 0; c < D; ++c) qt[c * rows + r] = 0.0f;
-      for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = 0.0f;
-      RowStats(a, b, h, i, di + r, lse2 + r);
       return;
     }
     LoadRow(p.dtype, At(a.q, p.dtype, p.q_stride, b, i, h), D, p.scale, qr);
     std::fill(qr + D, qr + d_pad, 0.0f);
-    for (size_t c = 0; c < D; ++c) qt[c * rows + r] = qr[c];
     LoadRow(p.dtype, At(a.dout, p.dtype, p.o_stride, b, i, h), Dv, 1.0f, dr);
     std::fill(dr + Dv, dr + dv_pad, 0.0f);
-    for (size_t c = 0; c < Dv; ++c) dot[c * rows + r] = dr[c];
-    RowStats(a, b, h, i, di + r, lse2 + r);
+  }
+
+  HWY_INLINE void Transpose(const flash_problem& p) const {
+    HWY_NAMESPACE::Transpose(qrow, d_pad, rows, static_cast<size_t>(p.head_dim), qt, rows);
+    HWY_NAMESPACE::Transpose(dorow, dv_pad, rows, static_cast<size_t>(p.head_dim_v), dot, rows);
   }
 };
 
@@ -347,6 +384,7 @@ HWY_INLINE void KvTilesOverQ(const Plan& plan, int64_t b, int64_t hkv, int64_t k
         row_index[r] = i <= i_last ? i : -1;
         t.rows.Load(a, b, h, row_index[r], r);
       }
+      t.rows.Transpose(p);
       for (size_t s = 0; s < n_tiles; ++s) {
         const int64_t j0 = j_item + static_cast<int64_t>(s * K);
         const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
@@ -466,6 +504,7 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
     t.rows.Load(a, b, h, row_index[r], r);
   }
+  t.rows.Transpose(p);
   PassRanges(row_index, R, RP, pass_i);
   const int64_t i_first = qb * plan.rows_per_head;
   const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;

@@ -30,6 +30,10 @@ namespace flash::cuda {
 #ifndef FLASH_DECODE_MAX_WARPS
 #define FLASH_DECODE_MAX_WARPS 8
 #endif
+// Shared memory for a block's K/V rings, KiB (tuning builds: 96 fits two blocks per SM).
+#ifndef FLASH_DECODE_RING_KB
+#define FLASH_DECODE_RING_KB 192
+#endif
 
 template <class T, int kDim_>
 struct DecodeMmaShape {
@@ -39,7 +43,7 @@ struct DecodeMmaShape {
   static constexpr int kChunks = kDim / 8;              // 16-byte chunks per row
   static constexpr int kTileBytes = kKeys * kDim * 2;
   static constexpr int kStageBytes = 2 * kTileBytes;  // K and V
-  static constexpr int kRingBudget = 192 * 1024;
+  static constexpr int kRingBudget = FLASH_DECODE_RING_KB * 1024;
   // The most warps (FLASH_DECODE_MAX_WARPS, then halved) for which two stages fit; then
   // as many stages (<= 4) as fit.
   static constexpr int kMaxWarps = FLASH_DECODE_MAX_WARPS;
@@ -334,6 +338,7 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       const int n = std::min(batch - b0, 65535);
       decode_trace_before_launch(stream);
       kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
+      decode_trace_after_launch(stream);
     }
   };
   const auto shape = [&](auto dim_tag, auto rows_tag) {

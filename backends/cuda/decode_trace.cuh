@@ -2,7 +2,7 @@
 // (-DFLASH_DECODE_TRACE, e.g. VARIANT_FLAGS in tests/cuda/device_hopper.sh, step
 // decodetrace). Each block's thread 0 records when it started, when its keys were
 // streamed and when it finished (after the split merge, for the unit's last block), and
-// its SM; at process exit the last launch's records are summarised on stderr: how the
+// its SM; after each launch (synchronising) the records are summarised on stderr: how the
 // kernel's time splits into start skew, streaming and tail. Without the macro every
 // hook is empty and nothing here is compiled into the module.
 #pragma once
@@ -12,7 +12,6 @@
 #ifdef FLASH_DECODE_TRACE
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 #endif
 
@@ -55,9 +54,12 @@ inline void print_quantiles(const char* what, std::vector<double> v) {
 
 inline void decode_trace_summary() {
   std::vector<DecodeTraceRecord> rec(kDecodeTraceBlocks);
-  if (cudaMemcpyFromSymbol(rec.data(), g_decode_trace, sizeof(DecodeTraceRecord) * rec.size()) !=
-      cudaSuccess)
+  const cudaError_t err =
+      cudaMemcpyFromSymbol(rec.data(), g_decode_trace, sizeof(DecodeTraceRecord) * rec.size());
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "decode trace: %s\n", cudaGetErrorString(err));
     return;
+  }
   rec.erase(std::remove_if(rec.begin(), rec.end(), [](const auto& r) { return r.used == 0; }),
             rec.end());
   if (rec.empty()) return;
@@ -82,7 +84,7 @@ inline void decode_trace_summary() {
     most = std::max(most, n);
   }
   std::fprintf(stderr,
-               "decode trace (last launch): %zu blocks on %d SMs (at most %d per SM), first start "
+               "decode trace: %zu blocks on %d SMs (at most %d per SM), first start "
                "to last end %.2f us\n  %-26s %8s %8s %8s %8s %8s\n",
                rec.size(), sms, most, (t_end - t0) / 1e3, "us (quantiles)", "min", "10%", "50%",
                "90%", "max");
@@ -93,21 +95,28 @@ inline void decode_trace_summary() {
   print_quantiles("end (from first start)", end);
 }
 
-// Clears the records before a launch (blocks that return early leave none) and
-// registers the exit summary once.
+// Clears the records before a launch (blocks that return early leave none).
 inline void decode_trace_before_launch(cudaStream_t stream) {
-  static const bool registered = [] {
-    std::atexit(decode_trace_summary);
-    return true;
-  }();
-  (void)registered;
   void* records = nullptr;
-  if (cudaGetSymbolAddress(&records, g_decode_trace) == cudaSuccess)
-    cudaMemsetAsync(records, 0, sizeof(DecodeTraceRecord) * kDecodeTraceBlocks, stream);
+  cudaError_t err = cudaGetSymbolAddress(&records, g_decode_trace);
+  if (err == cudaSuccess)
+    err = cudaMemsetAsync(records, 0, sizeof(DecodeTraceRecord) * kDecodeTraceBlocks, stream);
+  if (err != cudaSuccess) std::fprintf(stderr, "decode trace: %s\n", cudaGetErrorString(err));
+}
+// Waits for the launch and prints its summary (a diagnostic build: every launch
+// synchronises, so its timings are not the kernel's).
+inline void decode_trace_after_launch(cudaStream_t stream) {
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "decode trace: %s\n", cudaGetErrorString(err));
+    return;
+  }
+  decode_trace_summary();
 }
 #else
 __device__ __forceinline__ void decode_trace(DecodeMark) {}
 inline void decode_trace_before_launch(cudaStream_t) {}
+inline void decode_trace_after_launch(cudaStream_t) {}
 #endif
 
 }  // namespace flash::cuda
