@@ -174,9 +174,10 @@ struct BackwardRows {
     std::fill(dr + Dv, dr + dv_pad, 0.0f);
   }
 
-  HWY_INLINE void Transpose(const flash_problem& p) const {
-    HWY_NAMESPACE::Transpose(qrow, d_pad, rows, static_cast<size_t>(p.head_dim), qt, rows);
-    HWY_NAMESPACE::Transpose(dorow, dv_pad, rows, static_cast<size_t>(p.head_dim_v), dot, rows);
+  // Columns [0, n) of qt and dot (row stride `rows` either way).
+  HWY_INLINE void Transpose(const flash_problem& p, size_t n) const {
+    HWY_NAMESPACE::Transpose(qrow, d_pad, n, static_cast<size_t>(p.head_dim), qt, rows);
+    HWY_NAMESPACE::Transpose(dorow, dv_pad, n, static_cast<size_t>(p.head_dim_v), dot, rows);
   }
 };
 
@@ -379,12 +380,17 @@ HWY_INLINE void KvTilesOverQ(const Plan& plan, int64_t b, int64_t hkv, int64_t k
       const int64_t i_last = std::min<int64_t>(i0 + static_cast<int64_t>(R), p.seqlen_q) - 1;
       if (!plan.mask.any(i0, i_last, j_item, j_item_last)) continue;
       PrefetchNextQTile(p, a, b, h, i_last + 1, R);
-      for (size_t r = 0; r < R; ++r) {
+      // The last q tile of a head runs on its rows rounded up to whole vectors, not on
+      // R: at S = 1024 it holds 64 rows, and 32 rows of zeros were 3% of the products.
+      // Padding rows add exact zeros to dK, dV (P = dS = 0, Q = dO = 0), so dropping
+      // them changes no result.
+      const size_t rows = RoundUpTo(static_cast<size_t>(i_last - i0 + 1), Tiles::kLanes);
+      for (size_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + static_cast<int64_t>(r);
         row_index[r] = i <= i_last ? i : -1;
         t.rows.Load(a, b, h, row_index[r], r);
       }
-      t.rows.Transpose(p);
+      t.rows.Transpose(p, rows);
       for (size_t s = 0; s < n_tiles; ++s) {
         const int64_t j0 = j_item + static_cast<int64_t>(s * K);
         const size_t kb = static_cast<size_t>(std::min<int64_t>(K, p.seqlen_kv - j0));
@@ -392,20 +398,20 @@ HWY_INLINE void KvTilesOverQ(const Plan& plan, int64_t b, int64_t hkv, int64_t k
         const int64_t j_last = j0 + static_cast<int64_t>(kb) - 1;
         if (!plan.mask.any(i0, i_last, j0, j_last)) continue;
         const bool boundary = !plan.mask.all(i0, i_last, j0, j_last);
-        if (boundary) TileIntervals(plan.mask, row_index, R, j0, kb, t.lo_rel, t.hi_rel);
-        ScoresAndGrad(p, kv[s], k_rows, kb, 0, R, R, boundary, t);
-        Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, R, StridedA{t.st, R, 1},
+        if (boundary) TileIntervals(plan.mask, row_index, rows, j0, kb, t.lo_rel, t.hi_rel);
+        ScoresAndGrad(p, kv[s], k_rows, kb, 0, rows, R, boundary, t);
+        Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, dv_pad, rows, StridedA{t.st, rows, 1},
                                          BOperand::RowMajor(t.rows.dorow, dv_pad),
                                          t.acc1 + s * K * dv_pad, dv_pad, CMode::kAccumulate);
-        Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, R, StridedA{t.dpt, R, 1},
+        Gemm<Tiles::kPvMR, Tiles::kPvNR>(k_rows, d_pad, rows, StridedA{t.dpt, rows, 1},
                                          BOperand::RowMajor(t.rows.qrow, d_pad),
                                          t.acc0 + s * K * d_pad, d_pad, CMode::kAccumulate);
         if (dq_acc != nullptr) {
           float* dq =
               dq_acc + (static_cast<size_t>(g) * dq_head_rows + static_cast<size_t>(i0)) * d_pad;
-          Gemm<Tiles::kPvMR, Tiles::kPvNR>(R, d_pad, kb, StridedA{t.dpt, 1, R},
-                                           BOperand::RowMajor(kq[s].ptr, kq[s].ld), dq, d_pad,
-                                           CMode::kAccumulate);
+          GemmAnyRows<Tiles::kPvMR, Tiles::kPvNR>(rows, d_pad, kb, StridedA{t.dpt, 1, rows},
+                                                  BOperand::RowMajor(kq[s].ptr, kq[s].ld), dq,
+                                                  d_pad, CMode::kAccumulate);
         }
       }
     }
@@ -504,7 +510,7 @@ HWY_INLINE void BackwardQItemImpl(const Plan& plan, int64_t item) {
     const int64_t h = hkv * plan.group + static_cast<int64_t>(r) / plan.rows_per_head;
     t.rows.Load(a, b, h, row_index[r], r);
   }
-  t.rows.Transpose(p);
+  t.rows.Transpose(p, R);
   PassRanges(row_index, R, RP, pass_i);
   const int64_t i_first = qb * plan.rows_per_head;
   const int64_t i_last = std::min(i_first + plan.rows_per_head, p.seqlen_q) - 1;

@@ -7,7 +7,8 @@
 // vectors of C in registers for the whole K loop: per k it loads NR vectors of B,
 // broadcasts MR scalars of A and issues MR·NR independent FMAs — enough independent
 // chains to cover FMA latency (2 pipes x 4 cycles) on every x86 target.
-// Contract: M % MR == 0 and ncols % lanes == 0 (callers pad); K is any size >= 0.
+// Contract: M % MR == 0 (GemmAnyRows: any M) and ncols % lanes == 0 (callers pad); K is
+// any size >= 0.
 // Measured (perf annotate, dev machine, AVX2 6x2, 1 thread): the inner loop is 12 FMAs
 // + 2 loads + 6 broadcasts, no spills; the two forward products take ~75% of forward
 // time in a run at 58-69% of FMA peak overall, i.e. the loops run at ~80-90% of peak.
@@ -126,6 +127,22 @@ HWY_INLINE void Gemm(size_t M, size_t ncols, size_t K, StridedA a, BOperand b, f
   if (v < vecs) {
     const float* bp = b.Panel(v, N, (vecs - v) * N, &ldb);
     GemmColumnTail<MR, NR - 1>(M, vecs - v, K, a, bp, ldb, c + v * N, ldc, mode, row_scale);
+  }
+}
+
+// Gemm for any M: whole MR-row blocks, then the remaining M % MR rows as one block of
+// that height (each C element is the same FMA chain over k whatever the blocking, so
+// results equal those of a padded M). For products whose rows are not padded to MR
+// (the backward's dQ over the last q tile of a head).
+template <size_t MR, size_t NR>
+HWY_INLINE void GemmAnyRows(size_t M, size_t ncols, size_t K, StridedA a, BOperand b, float* c,
+                            size_t ldc, CMode mode) {
+  const size_t whole = M / MR * MR;
+  if (whole > 0) Gemm<MR, NR>(whole, ncols, K, a, b, c, ldc, mode);
+  if constexpr (MR > 1) {
+    if (whole < M)
+      GemmAnyRows<MR - 1, NR>(M - whole, ncols, K, StridedA{a.p + whole * a.rs, a.rs, a.ks}, b,
+                              c + whole * ldc, ldc, mode);
   }
 }
 
