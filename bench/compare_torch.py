@@ -26,8 +26,13 @@ hide almost the whole cache); both read every key.
 Shapes: GPU defaults follow FlashAttention's benchmark (batch*seqlen = 16384 tokens,
 heads*head_dim = 2048); CPU defaults are batch 1, 16 heads. Torch uses [B, H, S, D]
 tensors, we use [B, S, H, D] (each library's native layout).
-Timing: median of --iters after warm-up. GPU: CUDA events, L2 evicted before every
-timed call for both libraries (flashattn-compare does the same). CPU: wall clock,
+Timing: median of --iters after warm-up. GPU: CUDA events, L2 flushed before every
+timed call for both libraries in the same way (--flush; flashattn-compare gets it as
+FLASH_BENCH_FLUSH): "read" (default) reads a buffer twice the L2 size that is never
+written, so the timed call finds L2 holding clean lines only and pays for its own
+traffic; "write" zeroes that buffer (the usual flush, and ours before 2026-11-24),
+which leaves L2 full of dirty lines that the timed call writes back (up to ~50 MB on
+an H100: it weighs on short memory-bound calls such as decode). CPU: wall clock,
 torch.set_num_threads(T) and OMP_NUM_THREADS=T for ours.
 FLOPs (both columns): 4*B*H*Sq*Sk*D forward, half for causal, backward 2.5x; the
 ratio does not depend on the count.
@@ -57,7 +62,7 @@ TORCH_GPU_BACKENDS = {} if SDPBackend is None else {
 FA_TOKENS = 16384       # FlashAttention benchmark: batch * seqlen
 FA_MODEL_WIDTH = 2048   # FlashAttention benchmark: heads * head_dim
 CPU_HEADS = 16          # torch CPU anchor in shared/design/ANCHORS.md
-L2_EVICTION_FACTOR = 2  # zero a buffer twice the L2 size before each timed GPU call
+L2_EVICTION_FACTOR = 2  # flush with a buffer twice the L2 size before each timed GPU call
 BACKWARD_WORK = 2.5
 
 
@@ -67,11 +72,21 @@ def flops(batch, heads, seqlen, head_dim, causal, backward):
 
 
 class GpuTimer:
-    """Median milliseconds of fn over CUDA events, L2 evicted before each call."""
+    """Median milliseconds of fn over CUDA events, L2 flushed before each call (module
+    docstring: "read" reads self.scratch, never written after its first read; "write"
+    zeroes it)."""
 
-    def __init__(self):
+    def __init__(self, flush="read"):
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.scratch = torch.empty(L2_EVICTION_FACTOR * l2, dtype=torch.uint8, device="cuda")
+        self.scratch = torch.empty(L2_EVICTION_FACTOR * l2 // 4, dtype=torch.float32,
+                                   device="cuda")
+        self.flush = flush
+
+    def flush_l2(self):
+        if self.flush == "write":
+            self.scratch.zero_()
+        else:
+            self.scratch.amax()  # a read-only reduction over every line
 
     def __call__(self, fn, iters, warmup=3):
         for _ in range(warmup):
@@ -79,7 +94,7 @@ class GpuTimer:
         torch.cuda.synchronize()
         times = []
         for _ in range(iters):
-            self.scratch.zero_()
+            self.flush_l2()
             start = torch.cuda.Event(enable_timing=True)
             stop = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -142,7 +157,7 @@ def run_ours(args, head_dim, causal, batch, heads):
             cmd.append("--causal")
         if args.backward:
             cmd.append("--backward")
-        env = dict(os.environ)
+        env = dict(os.environ, FLASH_BENCH_FLUSH=args.flush)
         if args.device == "cpu" and args.threads:
             env["OMP_NUM_THREADS"] = str(args.threads)
         print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
@@ -221,7 +236,7 @@ def run_ours_decode(args, head_dim, heads, batch, keys, page):
                "--json", out]
         if page:
             cmd += ["--paged", str(page)]
-        env = dict(os.environ)
+        env = dict(os.environ, FLASH_BENCH_FLUSH=args.flush)
         if args.device == "cpu" and args.threads:
             env["OMP_NUM_THREADS"] = str(args.threads)
         print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
@@ -285,7 +300,7 @@ def print_decode(args, torch_names, gqa, results):
     print(f"machine: {machine_line(args)}; commit {commit_line()}")
     print("command: " + " ".join(["python3"] + sys.argv))
     print("GB/s: K+V bytes read (each cached key, K and V once, over the kv heads) per second; "
-          "L2 flushed before each GPU call. Torch has no paged cache: its columns on paged rows "
+          f"L2 flushed ({args.flush}) before each GPU call. Torch has no paged cache: its columns on paged rows "
           "are its contiguous numbers." +
           ("" if gqa else f" torch {torch.__version__} has no enable_gqa: K/V repeated to the "
                           "query heads, so it reads group x the bytes counted."))
@@ -314,7 +329,7 @@ def print_decode(args, torch_names, gqa, results):
             cells.append(f"{mine['kv_gbps'] / t['gbps']:.2f}" if ok and "gbps" in t else "-")
         cells.append(error_cell(mine, ok))
         print("| " + " | ".join(cells) + " |")
-    write_json(args, results, mode="decode")
+    write_json(args, results, mode="decode", flush=args.flush)
 
 
 def main():
@@ -339,6 +354,8 @@ def main():
     p.add_argument("--backward", action="store_true")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for both (0: all cores)")
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--flush", default="read", choices=["read", "write"],
+                   help="GPU L2 flush before each timed call, for both libraries (see above)")
     p.add_argument("--check-budget", type=float, default=0.2,
                    help="GFLOP of reference work per problem for our error column")
     p.add_argument("--json", help="also write the rows as JSON")
@@ -364,7 +381,7 @@ def main():
     if not gpu:
         args.threads = args.threads or os.cpu_count()
         torch.set_num_threads(args.threads)
-    timer = GpuTimer() if gpu else cpu_timer
+    timer = GpuTimer(args.flush) if gpu else cpu_timer
     if args.decode:
         run_decode(args, gpu, torch_names, timer)
         return
@@ -428,7 +445,7 @@ def main():
                           f"{mine['tflops'] / t['tflops']:.2f}" if ok else "-"]
         cells.append(error_cell(mine, ok))
         print("| " + " | ".join(cells) + " |")
-    write_json(args, results)
+    write_json(args, results, flush=args.flush)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ struct DecodeTraceRecord {
   unsigned sm, used;
 };
 constexpr int kDecodeTraceBlocks = 16384;
-// static: one copy per translation unit (each dtype's launcher reads its own).
+// static, as are the host functions below: one copy per translation unit, each dtype's
+// launcher reading its own (an inline host function would be merged across the units
+// by the linker and read another unit's copy: nothing recorded).
 static __device__ DecodeTraceRecord g_decode_trace[kDecodeTraceBlocks];
 
 __device__ __forceinline__ void decode_trace(DecodeMark mark) {
@@ -45,14 +47,14 @@ __device__ __forceinline__ void decode_trace(DecodeMark mark) {
 }
 
 // Quantiles (0, 10, 50, 90, 100 %) of v in microseconds.
-inline void print_quantiles(const char* what, std::vector<double> v) {
+static void print_quantiles(const char* what, std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const auto q = [&](double f) { return v[static_cast<size_t>(f * (v.size() - 1))] / 1e3; };
   std::fprintf(stderr, "  %-26s %8.2f %8.2f %8.2f %8.2f %8.2f\n", what, q(0), q(0.1), q(0.5),
                q(0.9), q(1));
 }
 
-inline void decode_trace_summary() {
+static void decode_trace_summary() {
   std::vector<DecodeTraceRecord> rec(kDecodeTraceBlocks);
   const cudaError_t err =
       cudaMemcpyFromSymbol(rec.data(), g_decode_trace, sizeof(DecodeTraceRecord) * rec.size());
@@ -62,7 +64,10 @@ inline void decode_trace_summary() {
   }
   rec.erase(std::remove_if(rec.begin(), rec.end(), [](const auto& r) { return r.used == 0; }),
             rec.end());
-  if (rec.empty()) return;
+  if (rec.empty()) {
+    std::fprintf(stderr, "decode trace: no block recorded\n");
+    return;
+  }
   unsigned long long t0 = ~0ull, t_end = 0;
   for (const auto& r : rec) {
     t0 = std::min(t0, r.t[0]);
@@ -96,7 +101,7 @@ inline void decode_trace_summary() {
 }
 
 // Clears the records before a launch (blocks that return early leave none).
-inline void decode_trace_before_launch(cudaStream_t stream) {
+static void decode_trace_before_launch(cudaStream_t stream) {
   void* records = nullptr;
   cudaError_t err = cudaGetSymbolAddress(&records, g_decode_trace);
   if (err == cudaSuccess)
@@ -105,7 +110,7 @@ inline void decode_trace_before_launch(cudaStream_t stream) {
 }
 // Waits for the launch and prints its summary (a diagnostic build: every launch
 // synchronises, so its timings are not the kernel's).
-inline void decode_trace_after_launch(cudaStream_t stream) {
+static void decode_trace_after_launch(cudaStream_t stream) {
   const cudaError_t err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) {
     std::fprintf(stderr, "decode trace: %s\n", cudaGetErrorString(err));

@@ -1,7 +1,8 @@
 // The bandwidth ceiling of a memory-bound call (decode): the device copying the same
-// number of bytes, measured in the same run. A copy of N/2 bytes reads N/2 and writes
-// N/2, so its rate in "bytes moved per second" compares directly with a kernel that
-// reads N bytes (decode's K and V): "of copy" = kernel rate / copy rate.
+// number of bytes, at least 2 GiB (its sustained rate), measured in the same run. A
+// copy of N/2 bytes reads N/2 and writes N/2, so its rate in "bytes moved per second"
+// compares directly with a kernel that reads N bytes (decode's K and V): "of copy" =
+// kernel rate / copy rate.
 // GPU: cudaMemcpyAsync device to device; host: memcpy over all hardware threads
 // (Device::copy_bytes). Timed like the kernels: cache evicted before each call, median.
 #pragma once
@@ -11,8 +12,8 @@
 
 namespace bench {
 
-// GB/s (1e9 bytes per second) of moving bytes_moved bytes through a device copy.
-// Allocates two buffers of bytes_moved / 2 on the device for the measurement.
+// GB/s (1e9 bytes per second) of moving max(bytes_moved, 2 GiB) through a device copy,
+// measured once per size and device in a process. Allocates two buffers of half that.
 double copy_gbps(Device& device, double bytes_moved, const TimingPlan& plan);
 
 }  // namespace bench

@@ -1,5 +1,6 @@
 // Device memory, a stream and event timing for the cuda backend. Plain C++ against
-// the CUDA runtime API (no kernels, no nvcc); linked only into the bench tools.
+// the CUDA runtime API (its one kernel, the read flush, is in l2_flush.cu); linked only
+// into the bench tools.
 //
 // The bench links its own (static) CUDA runtime, as the cuda backend module does.
 // Both use the device's primary context, so pointers, streams and events created
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "common/device.hpp"
+#include "common/l2_flush.hpp"
 
 namespace bench {
 namespace {
@@ -22,8 +24,17 @@ void check(cudaError_t status, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// Writing a buffer twice the L2 size pushes every earlier line out of L2.
+// Touching a buffer twice the L2 size pushes every earlier line out of L2.
 constexpr size_t kEvictionBufferPerL2 = 2;
+
+// FLASH_BENCH_FLUSH=write: flush L2 by zeroing the buffer (what the bench did before
+// 2026-11-24, and what torch's timers usually do), leaving L2 full of dirty lines that
+// the timed call writes back. Default (read): read a buffer the bench never writes
+// (l2_flush.cu), so the timed call pays only for its own traffic.
+bool write_flush_requested() {
+  const char* v = std::getenv("FLASH_BENCH_FLUSH");
+  return v && std::string(v) == "write";
+}
 
 // FLASH_BENCH_GATE=1: the stream waits in a host function until the timed call has been
 // queued, so the events bracket GPU work only. Without it a call whose host side takes
@@ -59,9 +70,11 @@ class CudaDevice final : public Device {
     check(cudaEventCreate(&stop_), "cudaEventCreate");
     eviction_bytes_ = kEvictionBufferPerL2 * static_cast<size_t>(l2_bytes);
     if (eviction_bytes_) check(cudaMalloc(&eviction_buffer_, eviction_bytes_), "cudaMalloc");
+    check(cudaMalloc(&flush_sink_, sizeof(unsigned)), "cudaMalloc");
   }
   ~CudaDevice() override {
     cudaFree(eviction_buffer_);
+    cudaFree(flush_sink_);
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
     cudaStreamDestroy(stream_);
@@ -91,8 +104,11 @@ class CudaDevice final : public Device {
   void* stream() override { return stream_; }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   void evict_cache() override {
-    if (eviction_buffer_)
+    if (!eviction_buffer_) return;
+    if (write_flush_)
       check(cudaMemsetAsync(eviction_buffer_, 0, eviction_bytes_, stream_), "cudaMemset(evict)");
+    else
+      check(read_flush(eviction_buffer_, eviction_bytes_, flush_sink_, stream_), "read_flush");
   }
   double time_ms(const std::function<void()>& fn) override {
     if (gated_) {
@@ -114,6 +130,8 @@ class CudaDevice final : public Device {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   void* eviction_buffer_ = nullptr;
   size_t eviction_bytes_ = 0;
+  unsigned* flush_sink_ = nullptr;
+  const bool write_flush_ = write_flush_requested();
   const bool gated_ = gate_requested();
   Gate gate_;
 };

@@ -91,9 +91,14 @@ if has torch; then
     --seqlen ${SEQLENS:-1024 4096 16384} --backends flash cudnn 2>&1 | tee "$OUT/torch.log" | tail -20
 fi
 # Decode GB/s of K+V beside a device copy (flashattn-decode-bench: no reference run).
+# decodebench: once per L2 flush mode in FLUSH_MODES (read: the default since
+# 2026-11-24; write: the memset flush before it, bench/common/l2_flush.cu says why).
 if has decodebench; then
-  timeout 150 $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
-    --page 0 64 2>&1 | tee "$OUT/decodebench.log"
+  for flush in ${FLUSH_MODES:-read}; do
+    echo "L2 flush: $flush" | tee -a "$OUT/decodebench.log"
+    FLASH_BENCH_FLUSH=$flush timeout 150 $b/bench/flashattn-decode-bench --backend cuda --iters 30 \
+      --queries ${DECODE_QUERIES:-1} --page 0 64 2>&1 | tee -a "$OUT/decodebench.log"
+  done
 fi
 # decodeab: decode GB/s of this tree and variant builds (AB), alternating, each timed with
 # and without FLASH_BENCH_GATE (whether host enqueue time leaks into the GPU timing).
@@ -171,7 +176,7 @@ fi
 if has decode; then
   PYTHONUNBUFFERED=1 timeout 250 python3 bench/compare_torch.py --compare $b/bench/flashattn-compare \
     --decode --heads ${DECODE_HEADS:-32} --batch 1 8 --keys 8192 32768 131072 \
-    --queries ${DECODE_QUERIES:-1 4} --paged 0 64 2>&1 | tee "$OUT/decode.log" | tail -30
+    --queries ${DECODE_QUERIES:-1 4} --paged 0 64 --flush ${FLUSH:-read} 2>&1 | tee "$OUT/decode.log" | tail -30
 fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
