@@ -27,6 +27,8 @@
 // Measured 2026-11-21, dev machine (as in forward-inl.h), f32 B=1 H=8 S=2048 D=128,
 // FLOPs counted as 2.5x forward: 2 threads 35-42 GFLOP/s wall, 70-84 per CPU-second
 // (~45-50% of the FMA probe; 8 products instead of 5 account for most of the gap).
+// Fused item, 2026-11-24, dev machine (Zen 4, AVX-512), 1 thread, S=1k D=128: 104
+// GFLOP/s (89% of the probe; the 5 products ~92% of its time; bench/RESULTS.md).
 // Run: build/tests/cpu/flash_cpu_kernel_test, build/tests/cpu/flash_cpu_determinism_test.
 
 #if defined(FLASH_CPU_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
