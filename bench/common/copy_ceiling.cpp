@@ -1,20 +1,14 @@
 #include "common/copy_ceiling.hpp"
 
 #include <algorithm>
-#include <map>
 
 namespace bench {
 
 double copy_gbps(Device& device, double bytes_moved, const TimingPlan& plan) {
-  // Every copy moves at least kMinBytesMoved: the device's sustained rate, not a small
-  // copy's launch latency or, on a GPU, the writes that stay in L2 past the timed call
-  // (up to the L2 size, uncharged after a read flush: a few % of 2 GiB). Sizes below it
-  // share one measurement per run.
-  constexpr double kMinBytesMoved = 2.0 * (1 << 30);
-  bytes_moved = std::max(bytes_moved, kMinBytesMoved);
-  static std::map<std::pair<const Device*, double>, double> measured;
-  const auto key = std::make_pair(static_cast<const Device*>(&device), bytes_moved);
-  if (const auto it = measured.find(key); it != measured.end()) return it->second;
+  // Every copy moves at least kMinCopyBytesMoved: the device's sustained rate, not a
+  // small copy's launch latency or, on a GPU, the writes that stay in L2 past the timed
+  // call (up to the L2 size, uncharged after a read flush: a few % of 2 GiB).
+  bytes_moved = std::max(bytes_moved, kMinCopyBytesMoved);
   // Whole 64-byte lines.
   constexpr size_t kLine = 64;
   const size_t half = static_cast<size_t>(bytes_moved / 2) / kLine * kLine;
@@ -23,9 +17,7 @@ double copy_gbps(Device& device, double bytes_moved, const TimingPlan& plan) {
   device.fill_bytes(dst.data(), 0, half);
   const double ms =
       median(time_calls(device, plan, [&] { device.copy_bytes(dst.data(), src.data(), half); }));
-  const double gbps = ms > 0 ? 2.0 * static_cast<double>(half) / (ms * 1e-3) / 1e9 : 0.0;
-  measured[key] = gbps;
-  return gbps;
+  return ms > 0 ? 2.0 * static_cast<double>(half) / (ms * 1e-3) / 1e9 : 0.0;
 }
 
 }  // namespace bench

@@ -12,8 +12,11 @@
 
 namespace bench {
 
-// GB/s (1e9 bytes per second) of moving max(bytes_moved, 2 GiB) through a device copy,
-// measured once per size and device in a process. Allocates two buffers of half that.
+constexpr double kMinCopyBytesMoved = 2.0 * (1 << 30);
+
+// GB/s (1e9 bytes per second) of moving max(bytes_moved, kMinCopyBytesMoved) through a
+// device copy. Allocates two buffers of half that for the measurement (callers that
+// time many problems keep the result per size: every size below the minimum is one).
 double copy_gbps(Device& device, double bytes_moved, const TimingPlan& plan);
 
 }  // namespace bench

@@ -65,6 +65,8 @@ class CudaDevice final : public Device {
     int l2_bytes = 0;
     check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
           "cudaDeviceGetAttribute(L2)");
+    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute(SMs)");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreate(&start_), "cudaEventCreate");
     check(cudaEventCreate(&stop_), "cudaEventCreate");
@@ -108,7 +110,8 @@ class CudaDevice final : public Device {
     if (write_flush_)
       check(cudaMemsetAsync(eviction_buffer_, 0, eviction_bytes_, stream_), "cudaMemset(evict)");
     else
-      check(read_flush(eviction_buffer_, eviction_bytes_, flush_sink_, stream_), "read_flush");
+      check(read_flush(eviction_buffer_, eviction_bytes_, sms_, flush_sink_, stream_),
+            "read_flush");
   }
   double time_ms(const std::function<void()>& fn) override {
     if (gated_) {
@@ -131,6 +134,7 @@ class CudaDevice final : public Device {
   void* eviction_buffer_ = nullptr;
   size_t eviction_bytes_ = 0;
   unsigned* flush_sink_ = nullptr;
+  int sms_ = 0;  // the read flush's grid
   const bool write_flush_ = write_flush_requested();
   const bool gated_ = gate_requested();
   Gate gate_;

@@ -29,13 +29,9 @@ __global__ void read_lines(const uint4* data, size_t n, unsigned* sink) {
 
 }  // namespace
 
-cudaError_t read_flush(const void* buffer, size_t bytes, unsigned* sink, cudaStream_t stream) {
+cudaError_t read_flush(const void* buffer, size_t bytes, int sms, unsigned* sink,
+                       cudaStream_t stream) {
   constexpr int kThreads = 256, kBlocksPerSm = 8;
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
   read_lines<<<sms * kBlocksPerSm, kThreads, 0, stream>>>(static_cast<const uint4*>(buffer),
                                                           bytes / sizeof(uint4), sink);
   return cudaGetLastError();

@@ -1,5 +1,6 @@
 // Read flush of the GPU's L2 (l2_flush.cu): reads `bytes` of `buffer` (never written by
-// the bench, so the lines it leaves in L2 are clean) on `stream`.
+// the bench, so the lines it leaves in L2 are clean) on `stream`, over a grid sized for
+// `sms` multiprocessors (queried once by the caller, not per flush).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 
 namespace bench {
 
-cudaError_t read_flush(const void* buffer, size_t bytes, unsigned* sink, cudaStream_t stream);
+cudaError_t read_flush(const void* buffer, size_t bytes, int sms, unsigned* sink,
+                       cudaStream_t stream);
 
 }  // namespace bench
