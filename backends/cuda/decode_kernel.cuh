@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cuda/atomic>
 #include <type_traits>
 
 #include "decode.hpp"
@@ -148,8 +149,16 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// The page id of key `key` of sequence b in a paged cache (a global load: callers that
+// stream tiles look it up a tile ahead, off the copy-issue path); -1 without a block
+// table or for keys at or past k_end.
+__device__ __forceinline__ int64_t key_page(const DecodeParams& dp, int64_t b, int key, int k_end) {
+  if (!dp.block_table || key >= k_end) return -1;
+  return dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
+}
+
 // Element offsets of the K and V rows of key `key` of kv head `kv_head` in sequence b
-// (paged: row key % page_size of page block_table[b · pages_per_seq + key / page_size]).
+// (paged: row key % page_size of page `page` = key_page(...)).
 // ok is false for keys at or past k_end and for page ids outside [0, num_pages): such a
 // key reads nothing (the caller zero-fills its row and masks it).
 struct KeyRowOffsets {
@@ -157,13 +166,11 @@ struct KeyRowOffsets {
   bool ok;
 };
 __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
-                                                         const SequenceRows& seq, int64_t b,
-                                                         int kv_head, int key, int k_end) {
+                                                         const SequenceRows& seq, int kv_head,
+                                                         int key, int k_end, int64_t page) {
   const FwdParams& p = dp.f;
   KeyRowOffsets r{0, 0, key < k_end};
   if (dp.block_table) {
-    int64_t page = -1;
-    if (r.ok) page = dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
     r.ok = r.ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
     const int64_t in_page = key % dp.page_size;
     r.k = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
@@ -174,49 +181,74 @@ __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
   }
   return r;
 }
+__device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
+                                                         const SequenceRows& seq, int64_t b,
+                                                         int kv_head, int key, int k_end) {
+  return key_row_offsets(dp, seq, kv_head, key, k_end, key_page(dp, b, key, k_end));
+}
 
 // The split merge, folded into the split kernel (threadFenceReduction pattern; measured
 // against a second, programmatically dependent merge kernel: +2 % at B = 1, 8k keys,
-// equal elsewhere, bench/RESULTS.md): every block of a
-// (sequence, kv head, row chunk) publishes its partial, then counts itself done; the
-// block that counts last merges all the unit's splits, lse = ln Σ exp(lse_s) and
-// o = Σ exp(lse_s − lse)·o_s, and resets the counter for the next call on the stream.
+// equal elsewhere, bench/RESULTS.md): every block of a (sequence, kv head, row chunk)
+// publishes its partial, then counts itself done; the block that counts last merges all
+// the unit's splits, lse = ln Σ exp(lse_s) and o = Σ exp(lse_s − lse)·o_s, and resets the
+// counter for the next call on the stream.
+// Publishing is one acq_rel increment by thread 0 after a block barrier (the pattern of
+// cooperative groups' grid sync): the barrier orders every thread's partial stores before
+// thread 0's release, which is cumulative at gpu scope; in the last block the second
+// barrier orders every thread's reads after thread 0's acquire. (One fence per block, not
+// one per thread: the whole tail of a B = 1 decode is a few such round trips.)
 // One warp per row: lane s holds split s's lse (kDecodeMaxSplits / 32 per lane), the
 // weights go to shared memory (`scratch`, the block's combine area, free by now), and
-// the lanes own 32-column slices of o, loading kMergeBatch splits' slices before using
-// any (independent L2 round trips, not a chain). Partials are read with ld.global.cg: L1
-// is not coherent and may still hold a previous call's lines of the same workspace.
-constexpr int kMergeBatch = 8;
+// the lanes own 32-column slices of o. The first batch of o slices is loaded together
+// with the lse, before either is used, and each later batch before any of it is used:
+// independent L2 round trips, not a chain (splits <= the batch: one round trip). Partials
+// are read with ld.global.cg: L1 is not coherent and may still hold a previous call's
+// lines of the same workspace.
+constexpr int kMergeLoadsPerLane = 64;  // o values in flight per lane (registers)
 template <class T, int D, int M, int W>
 __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp, float* scratch,
                                                      const SequenceRows& seq, int64_t b,
                                                      int kv_head, int chunk, int rows_total) {
   static_assert(M * (D + 2) >= kDecodeMaxSplits, "a warp's weights fit in its combine area");
+  constexpr int kPerLane = kDecodeMaxSplits / 32, kCols = D / 32;
+  constexpr int kBatch = kMergeLoadsPerLane / kCols;  // splits per batch of o loads
+  static_assert(kBatch >= 1 && kDecodeMaxSplits % 32 == 0, "whole batches, whole lanes");
   __shared__ bool is_last;
   const FwdParams& p = dp.f;
   const int64_t unit = (b * dp.heads_kv + kv_head) * dp.row_chunks + chunk;
-  __threadfence();  // this block's partial is visible device-wide before it is counted
-  __syncthreads();  // (also: every thread is done reading the combine area)
+  __syncthreads();  // every partial store (and combine-area read) precedes the release
   if (threadIdx.x == 0) {
-    is_last = atomicAdd(dp.split_done + unit, 1) == dp.splits - 1;
-    if (is_last) dp.split_done[unit] = 0;  // every split of the unit has counted
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(dp.split_done[unit]);
+    is_last = done.fetch_add(1, ::cuda::memory_order_acq_rel) == dp.splits - 1;
+    if (is_last) done.store(0, ::cuda::memory_order_relaxed);  // every split has counted
   }
   __syncthreads();
+  decode_trace(DecodeMark::counted);
   if (!is_last) return;
-  __threadfence();  // the other blocks' partials, counted before us, are visible
 
-  constexpr int kPerLane = kDecodeMaxSplits / 32, kCols = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, splits = dp.splits;
   const int64_t part0 = unit * splits;
   float* weight = scratch + warp * M * (D + 2);
   for (int m = warp; m < M && chunk * M + m < rows_total; m += W) {
+    const float* part_o = dp.part_o + (part0 * M + m) * D + lane;
+    float v[kBatch][kCols];
+    const auto load_batch = [&](int s0) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+          v[j][c] = s0 + j < splits ? __ldcg(part_o + (int64_t)(s0 + j) * M * D + 32 * c) : 0.f;
+    };
     float l[kPerLane], mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int s = lane + 32 * i;
       l[i] = s < splits ? __ldcg(dp.part_lse + (part0 + s) * M + m) : -INFINITY;
-      mx = nan_max(mx, l[i]);
     }
+    load_batch(0);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) mx = nan_max(mx, l[i]);
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     const bool empty = mx == -INFINITY;  // no split saw a key: o = 0, lse = −inf
@@ -231,16 +263,10 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp, flo
     sum = warp_sum(sum);
     __syncwarp();
     float o[kCols] = {};
-    const float* part_o = dp.part_o + (part0 * M + m) * D + lane;
-    for (int s0 = 0; s0 < splits && !empty; s0 += kMergeBatch) {
-      float v[kMergeBatch][kCols];
+    for (int s0 = 0; s0 < splits && !empty; s0 += kBatch) {
+      if (s0 > 0) load_batch(s0);
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c)
-          v[j][c] = s0 + j < splits ? __ldcg(part_o + (int64_t)(s0 + j) * M * D + 32 * c) : 0.f;
-#pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
+      for (int j = 0; j < kBatch; ++j) {
         const float w = s0 + j < splits ? weight[s0 + j] : 0.f;
 #pragma unroll
         for (int c = 0; c < kCols; ++c) o[c] = fmaf(w, v[j][c], o[c]);
@@ -269,6 +295,7 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
                                                       int rows_total, float mult) {
   const FwdParams& p = dp.f;
   const int tid = threadIdx.x, row0 = chunk * M;
+  decode_trace(DecodeMark::joined);
   for (int idx = tid; idx < M * D; idx += (W * 32)) {
     const int m = idx / D, d = idx % D, r = row0 + m;
     if (r >= rows_total) continue;
@@ -301,7 +328,10 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
       if (d == 0) dp.part_lse[part * M + m] = lse;
     }
   }
-  if (dp.splits > 1) decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
+  if (dp.splits > 1)
+    decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
+  else
+    decode_trace(DecodeMark::counted);
 }
 
 template <class T, class S>

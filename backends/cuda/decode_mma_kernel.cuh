@@ -5,15 +5,15 @@
 // A block owns (split, kv head, row chunk of 16 rows, sequence), as in decode_kernel.cuh.
 // Q (16 rows, zero-padded) sits in shared memory for the whole block; each warp streams
 // its own 32-key K and V tiles through a cp.async ring of kStages stages (swizzled
-// tiles, ldmatrix reads), computes S = Q·Kᵀ (16 x 32), the online softmax on the
+// tiles, ldmatrix reads), computes S = Q·Kᵀ (16 x kKeys), the online softmax on the
 // accumulators (exact exponent form), and O += P·V with P in registers. Paged rows are
-// addressed per key (the lane of a key looks up its page; the warp shares the row
-// offsets through shuffles). A tile where some (row, key) pair is masked and V holds a
-// NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never reaches a row.
-// Warps are combined in shared memory; one split writes o/lse, more write f32 partials
-// that the unit's last block merges (decode_merge_if_last).
-// Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the forward kernels).
-// Speed: bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_mma_* kernels.
+// addressed per key (the lane of a key looks up its page one tile ahead of the tile's
+// copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
+// masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
+// reaches a row. Warps are combined in shared memory; one split writes o/lse, more write f32
+// partials that the unit's last block merges (decode_merge_if_last). Tolerance class: bf16/f16 P
+// and inputs into f32 accumulators (as the forward kernels). Speed: bench/RESULTS.md ("decode").
+// Run: FLASH_LOG=1 names decode_mma_* kernels.
 #pragma once
 
 #include "decode_kernel.cuh"
@@ -104,12 +104,16 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   cp_async_commit();
 
   // Visible keys [lo, hi) of this lane's two rows (g, g + 8); empty past the last row.
+  // Rows past the last (padding of the m16 tile) are never written, so their masked keys
+  // do not need the exact P·V below: `real` keeps them out of `partial` (a decode step's
+  // 4 rows of 16 would otherwise take the V check on every tile).
   int lo[2], hi[2];
+  bool real[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + g + 8 * h;
-    const KeyRange kr =
-        r < rows_total ? visible_keys(mask, r / p.group, r / p.group) : KeyRange{0, 0};
+    real[h] = r < rows_total;
+    const KeyRange kr = real[h] ? visible_keys(mask, r / p.group, r / p.group) : KeyRange{0, 0};
     lo[h] = kr.begin;
     hi[h] = kr.end;
   }
@@ -134,10 +138,13 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const LdsmAddr<KC> v_addr(my_ring + S::kTileBytes, (lane & 7) + (((lane >> 3) & 1) << 3),
                             lane >> 4);
 
-  // Issues the copies of the warp's n-th tile into stage n % kStages.
-  auto load_tile = [&](int n) {
-    const KeyRowOffsets row =
-        key_row_offsets(dp, seq, b, kv_head, k_begin + (warp + W * n) * KT + lane, k_end);
+  // The key this lane addresses in the warp's n-th tile, and its page (paged caches).
+  const auto tile_key = [&](int n) { return k_begin + (warp + W * n) * KT + lane; };
+  const auto tile_page = [&](int n) { return key_page(dp, b, tile_key(n), k_end); };
+  // Issues the copies of the warp's n-th tile, whose page ids the lanes looked up
+  // beforehand (`page`), into stage n % kStages.
+  auto load_tile = [&](int n, int64_t page) {
+    const KeyRowOffsets row = key_row_offsets(dp, seq, kv_head, tile_key(n), k_end, page);
     const bool ok = row.ok;
     const int64_t k_off = row.k, v_off = row.v;
     const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
@@ -166,23 +173,29 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 
 #pragma unroll
   for (int n = 0; n < S::kStages - 1; ++n) {
-    if (n < my_tiles) load_tile(n);
+    if (n < my_tiles) load_tile(n, tile_page(n));
     cp_async_commit();
   }
+  // Page ids of the next tile to load, looked up one tile ahead: the block-table read's
+  // L2 round trip overlaps this tile's products instead of delaying the next copies.
+  int64_t next_page = tile_page(S::kStages - 1);
   // Q (copied by the whole block, the oldest group) visible to every warp: one barrier
   // that all threads reach, whatever their tile count (a barrier inside the tile loop
   // would be reached by some warps only: synccheck's divergent barrier).
   cp_async_wait<S::kStages - 1>();
   __syncthreads();
   for (int n = 0; n < my_tiles; ++n) {
-    if (n + S::kStages - 1 < my_tiles) load_tile(n + S::kStages - 1);
+    if (n + S::kStages - 1 < my_tiles) {
+      load_tile(n + S::kStages - 1, next_page);
+      next_page = tile_page(n + S::kStages);
+    }
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
     __syncwarp();
     const int stage_off = (n % S::kStages) * S::kStageBytes;
     const int k0 = k_begin + (warp + W * n) * KT;
 
-    // ---- S = Q·Kᵀ: 16 rows x 32 keys ---------------------------------------------------
+    // ---- S = Q·Kᵀ: 16 rows x KT keys ---------------------------------------------------
     float s[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -201,7 +214,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
       }
     }
     // ---- softcap, mask, online softmax (rows g and g + 8) ------------------------------
-    bool partial = false;  // some pair of a key below k_end masked for some row
+    bool partial = false;  // some pair of a key below k_end masked for some real row
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -213,7 +226,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
           float x = s[nt][2 * h + e];
           if (use_softcap) x = p.softcap * tanhf(x * cap_in);
           const bool visible = key < k_end && key >= lo[h] && key < hi[h];
-          partial |= key < k_end && !visible;
+          partial |= real[h] && key < k_end && !visible;
           x = visible ? x : -INFINITY;
           s[nt][2 * h + e] = x;
           mx = fmaxf(mx, x);

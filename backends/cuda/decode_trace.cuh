@@ -1,9 +1,11 @@
 // Per-block timestamps of the decode kernels, for diagnostic builds only
 // (-DFLASH_DECODE_TRACE, e.g. VARIANT_FLAGS in tests/cuda/device_hopper.sh, step
-// decodetrace). Each block's thread 0 records when it started, when its keys were
-// streamed and when it finished (after the split merge, for the unit's last block), and
-// its SM; after each launch (synchronising) the records are summarised on stderr: how the
-// kernel's time splits into start skew, streaming and tail. Without the macro every
+// decodetrace). Each block's thread 0 records when it started, when its own warp's keys
+// were streamed, when every warp had joined (the warps combined in shared memory), when
+// the block had published its partial and counted itself done, and when it finished
+// (after the split merge, for the unit's last block), and its SM; after each launch
+// (synchronising) the records are summarised on stderr: how the kernel's time splits
+// into start skew, streaming and tail. Without the macro every
 // hook is empty and nothing here is compiled into the module.
 #pragma once
 
@@ -17,11 +19,12 @@
 
 namespace flash::cuda {
 
-enum class DecodeMark { start, streamed, end };
+enum class DecodeMark { start, streamed, joined, counted, end };
+constexpr int kDecodeMarks = 5;
 
 #ifdef FLASH_DECODE_TRACE
 struct DecodeTraceRecord {
-  unsigned long long t[3];  // globaltimer ns at each DecodeMark
+  unsigned long long t[kDecodeMarks];  // globaltimer ns at each DecodeMark
   unsigned sm, used;
 };
 constexpr int kDecodeTraceBlocks = 16384;
@@ -71,16 +74,20 @@ static void decode_trace_summary() {
   unsigned long long t0 = ~0ull, t_end = 0;
   for (const auto& r : rec) {
     t0 = std::min(t0, r.t[0]);
-    t_end = std::max(t_end, r.t[2]);
+    t_end = std::max(t_end, r.t[4]);
   }
-  std::vector<double> start, stream, streamed, tail, end;
+  std::vector<double> start, stream, streamed, join, count, merge, end;
   std::vector<int> per_sm(1024, 0);
   for (const auto& r : rec) {
     start.push_back(static_cast<double>(r.t[0] - t0));
     stream.push_back(static_cast<double>(r.t[1] - r.t[0]));
     streamed.push_back(static_cast<double>(r.t[1] - t0));
-    tail.push_back(static_cast<double>(r.t[2] - r.t[1]));
-    end.push_back(static_cast<double>(r.t[2] - t0));
+    join.push_back(static_cast<double>(r.t[2] - r.t[1]));
+    count.push_back(static_cast<double>(r.t[3] - r.t[2]));
+    // Only the unit's last block merges (the others end right after counting); a single
+    // split has no merge and no count.
+    if (r.t[4] - r.t[3] > 100) merge.push_back(static_cast<double>(r.t[4] - r.t[3]));
+    end.push_back(static_cast<double>(r.t[4] - t0));
     ++per_sm[std::min(r.sm, 1023u)];
   }
   int sms = 0, most = 0;
@@ -96,7 +103,9 @@ static void decode_trace_summary() {
   print_quantiles("start (from first start)", start);
   print_quantiles("streaming (start..streamed)", stream);
   print_quantiles("streamed (from first start)", streamed);
-  print_quantiles("epilogue+merge", tail);
+  print_quantiles("warps joined (..joined)", join);
+  print_quantiles("publish+count (..counted)", count);
+  if (!merge.empty()) print_quantiles("merge, last blocks (..end)", merge);
   print_quantiles("end (from first start)", end);
 }
 
