@@ -6,8 +6,8 @@
 // rows), so each K/V row is read from memory exactly once, in place (strided, packed
 // or paged: no gather copy), and widened in registers. Vectorised along head_dim:
 // per block of kBlock keys
-//   S = Q·Kᵀ          per key, dot products of all rows with the key row (two keys
-//                     at a time share the Q loads), horizontal sums per (row, key)
+//   S = Q·Kᵀ          dot products of 4 rows with 4 keys at a time (the keys share
+//                     the Q loads), the 16 reduced together into one vector
 //   softcap, mask     per row over the block (vector compare on boundary blocks)
 //   online softmax    per row: running max m, sum l (log2 units), O *= α when m grows
 //   O += P·V          register-blocked: kRowsPerPass rows x kDvVecs vectors of O stay
@@ -60,8 +60,12 @@ struct DecodeConfig {
   // 4 x 4 + 4 V vectors of 32 registers on AVX-512, 4 x 2 + 2 of 16 elsewhere.
   static constexpr size_t kRowsPerPass = 4;
   static constexpr size_t kDvVecs = HWY_TARGET == HWY_AVX3 ? 4 : 2;
-  // Keys per Q·K step (they share each Q vector load).
-  static constexpr size_t kQkKeys = 2;
+  // Keys per Q·K step (they share each Q vector load): kRowsPerPass x kQkKeys dot
+  // products fill the lanes of one vector, reduced together (QkStepReduced): 16 on
+  // AVX-512 = 16 accumulators + 8 K + 2 Q vectors of the 32 registers.
+  static constexpr size_t kQkKeys = hn::MaxLanes(hn::ScalableTag<float>()) > kRowsPerPass
+                                        ? hn::MaxLanes(hn::ScalableTag<float>()) / kRowsPerPass
+                                        : 1;
   // Keys per P·V step: O stays in registers over this many keys of one head before the
   // next head (4, heads interleaved so V is read in address order, was 5-8% slower in
   // cache on the dev machine and no faster from memory).
@@ -77,6 +81,12 @@ struct DecodeConfig {
   static constexpr size_t kPrefetchBlocksL1 = 1;
   static constexpr size_t kPrefetchBlocksL2 = 2;
   static constexpr size_t kLine = 64;  // bytes per prefetch hint (one cache line)
+  // AMD, f32: one hint towards L2 per 4 lines (the L2 prefetchers fetch the lines
+  // between). Zen 4, one thread, 128k keys, alternating: f32 70-77 ns per key and head
+  // where a hint per line took 84-86 (the hints were ~19% of the in-cache time); bf16
+  // took 65-67 that way and 63 with a hint per line, which 16-bit types keep.
+  template <class T>
+  static constexpr size_t kPrefetchStrideL2 = sizeof(T) == sizeof(float) ? 4 * kLine : kLine;
 };
 static_assert(DecodeConfig::kBlock % hn::MaxLanes(hn::ScalableTag<float>()) == 0,
               "the softmax runs over whole vectors of keys");
@@ -150,7 +160,8 @@ HWY_INLINE void PermuteRow(float* row, size_t n, bool inverse) {
 }
 
 // sc[x·kBlock + t + u] = q_x · k_(t+u) for rows x < kR of q (row stride D), keys
-// t .. t+kK-1.
+// t .. t+kK-1, one horizontal sum per (row, key): the tail of a block, and row groups
+// whose kR·kK accumulators exceed the lanes of one vector (QkStepReduced).
 template <size_t kR, size_t kK, class T>
 HWY_INLINE void QkStep(const float* HWY_RESTRICT q, size_t D, const T* const* kp, size_t t,
                        float* HWY_RESTRICT sc) {
@@ -171,6 +182,75 @@ HWY_INLINE void QkStep(const float* HWY_RESTRICT q, size_t D, const T* const* kp
   for (size_t u = 0; u < kK; ++u)
     for (size_t x = 0; x < kR; ++x)
       sc[x * DecodeConfig::kBlock + t + u] = hn::GetLane(hn::SumOfLanes(df, acc[u][x]));
+}
+
+// Lane i of the result = sum of the lanes of v[i], i < kM (kM a power of two <= lanes;
+// v is overwritten). Pairs of vectors are folded with ConcatEven + ConcatOdd, each level
+// halving the lanes per input, so kM sums take kM - 1 folds (two permutes and an add
+// each) plus one self-fold per level below the full width; one horizontal sum per
+// vector took ~log2(lanes) shuffles and adds each, which made them the bulk of Q·K.
+// (Compile-time recursion and full unrolling: with a loop over the halving count GCC
+// kept the accumulators in memory and stored all of them on every step of Q·K.)
+template <size_t kM, class DF, class V = hn::Vec<DF>>
+HWY_INLINE void FoldPairs(DF df, V* v) {
+#if HWY_TARGET == HWY_SCALAR
+  static_assert(kM == 1, "one lane: nothing to fold");  // and no ConcatEven there
+  (void)df;
+  (void)v;
+#else
+  if constexpr (kM > 1) {
+#pragma GCC unroll 16
+    for (size_t i = 0; i < kM / 2; ++i)
+      v[i] = hn::Add(hn::ConcatEven(df, v[2 * i + 1], v[2 * i]),
+                     hn::ConcatOdd(df, v[2 * i + 1], v[2 * i]));
+    FoldPairs<kM / 2>(df, v);
+  }
+#endif
+}
+template <size_t kM, class DF, class V = hn::Vec<DF>>
+HWY_INLINE V SumLanesOfEach(DF df, V* v) {
+  FoldPairs<kM>(df, v);
+  V sum = v[0];
+#if HWY_TARGET != HWY_SCALAR
+  // Now kM groups of N / kM lanes, group i summing to v[i]'s total: fold each group.
+  constexpr size_t kGroup = hn::MaxLanes(DF()) / kM;
+#pragma GCC unroll 16
+  for (size_t g = kGroup; g > 1; g /= 2)
+    sum = hn::Add(hn::ConcatEven(df, sum, sum), hn::ConcatOdd(df, sum, sum));
+#endif
+  return sum;
+}
+
+// Smallest power of two >= n.
+constexpr size_t CeilPow2(size_t n) { return n <= 1 ? 1 : 2 * CeilPow2((n + 1) / 2); }
+
+// As QkStep, with the kR·kK dot products of the step reduced together (SumLanesOfEach):
+// accumulator x·kK + u holds row x, key t + u; kR·kK <= lanes (QkFits).
+template <size_t kR, size_t kK, class T>
+HWY_INLINE void QkStepReduced(const float* HWY_RESTRICT q, size_t D, const T* const* kp, size_t t,
+                              float* HWY_RESTRICT sc) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  constexpr size_t kM = CeilPow2(kR * kK);  // unused accumulators stay zero
+  hn::Vec<decltype(df)> acc[kM];
+#pragma GCC unroll 16
+  for (size_t i = 0; i < kM; ++i) acc[i] = hn::Zero(df);
+  for (size_t dd = 0; dd < D; dd += 2 * N) {
+    hn::Vec<decltype(df)> ka[kK], kb[kK];
+#pragma GCC unroll 16
+    for (size_t u = 0; u < kK; ++u) LoadPair(df, kp[t + u] + dd, ka[u], kb[u]);
+#pragma GCC unroll 4
+    for (size_t x = 0; x < kR; ++x) {
+      const auto qa = hn::LoadU(df, q + x * D + dd), qb = hn::LoadU(df, q + x * D + dd + N);
+#pragma GCC unroll 16
+      for (size_t u = 0; u < kK; ++u)
+        acc[x * kK + u] = hn::MulAdd(qb, kb[u], hn::MulAdd(qa, ka[u], acc[x * kK + u]));
+    }
+  }
+  HWY_ALIGN float sums[hn::MaxLanes(df)];
+  hn::Store(SumLanesOfEach<kM>(df, acc), df, sums);
+  for (size_t x = 0; x < kR; ++x)
+    for (size_t u = 0; u < kK; ++u) sc[x * DecodeConfig::kBlock + t + u] = sums[x * kK + u];
 }
 
 // O[x] += Σ_t p[x][t] · V_t over the vectors [dv0, dv0 + kV·N) of rows x < kR, keys
@@ -292,15 +372,17 @@ HWY_INLINE void PrefetchLine(const char* p, bool l2) {
   else
     hwy::Prefetch(p);
 }
+template <class T>
 HWY_INLINE void PrefetchKeys(const KvRows& kr, const KvRows& vr, int64_t j, size_t n,
                              size_t k_bytes, size_t v_bytes, bool l2) {
+  const size_t step = l2 ? DecodeConfig::kPrefetchStrideL2<T> : DecodeConfig::kLine;
   const char* rows[DecodeConfig::kBlock];
   kr.Rows(j, n, rows);
   for (size_t t = 0; t < n; ++t)
-    for (size_t off = 0; off < k_bytes; off += DecodeConfig::kLine) PrefetchLine(rows[t] + off, l2);
+    for (size_t off = 0; off < k_bytes; off += step) PrefetchLine(rows[t] + off, l2);
   vr.Rows(j, n, rows);
   for (size_t t = 0; t < n; ++t)
-    for (size_t off = 0; off < v_bytes; off += DecodeConfig::kLine) PrefetchLine(rows[t] + off, l2);
+    for (size_t off = 0; off < v_bytes; off += step) PrefetchLine(rows[t] + off, l2);
 }
 
 // Writes normalised rows (o / l, lse = ln2·(m + log2 l)) of one (sequence, kv head).
@@ -378,8 +460,8 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
   const int64_t ahead = static_cast<int64_t>(
       (l2 ? DecodeConfig::kPrefetchBlocksL2 : DecodeConfig::kPrefetchBlocksL1) * K);
   for (int64_t j = j_begin; j <= j_end && j < j_begin + ahead; j += static_cast<int64_t>(K))
-    PrefetchKeys(kr, vr, j, static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j)), k_span,
-                 v_span, l2);
+    PrefetchKeys<T>(kr, vr, j, static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j)), k_span,
+                    v_span, l2);
 
   // Key rows of each head of the block: kp[hh·K + t].
   constexpr size_t HI = static_cast<size_t>(kDecodeHeadsPerItem);
@@ -412,7 +494,7 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
     // order when the heads are packed, a stream the hardware prefetchers follow.
     for (size_t t = 0; t < kb; t += QK) {
       if (j_pf + static_cast<int64_t>(t) <= j_end)  // spread over the block, one step at a time
-        PrefetchKeys(
+        PrefetchKeys<T>(
             kr, vr, j_pf + static_cast<int64_t>(t),
             static_cast<size_t>(std::min<int64_t>(QK, j_end + 1 - j_pf - static_cast<int64_t>(t))),
             k_span, v_span, l2);
@@ -421,11 +503,13 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
           WithRows(std::min(RP, RH - r0), [&](auto rows) {
             constexpr size_t kR = decltype(rows)::value;
             const size_t r = hh * RH + r0;
-            if (t + QK <= kb)
-              QkStep<kR, QK>(q + r * D, D, kp + hh * K, t, sc + r * K);
-            else
+            if (t + QK > kb)
               for (size_t u = t; u < kb; ++u)
                 QkStep<kR, 1>(q + r * D, D, kp + hh * K, u, sc + r * K);
+            else if constexpr (kR * QK <= hn::MaxLanes(hn::ScalableTag<float>()))
+              QkStepReduced<kR, QK>(q + r * D, D, kp + hh * K, t, sc + r * K);
+            else
+              QkStep<kR, QK>(q + r * D, D, kp + hh * K, t, sc + r * K);
           });
     }
     // Softmax per row; rows of the last block (or under a mask) that see only part of

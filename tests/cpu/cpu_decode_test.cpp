@@ -71,6 +71,17 @@ std::vector<Case> DecodeCases() {
       cases.push_back(c);
     }
   }
+  // 3 and 2 rows per kv head: Q·K reduces 12 dot products padded to 16 lanes, and 8
+  // (then folded within pairs of lanes); 1001 keys end a block mid-step.
+  for (int64_t hq : {6, 4}) {
+    c.hq = hq;
+    c.sk = 1001;
+    for (int32_t dt : {FLASH_F32, FLASH_BF16}) {
+      c.dtype = dt;
+      cases.push_back(c);
+    }
+  }
+  c.hq = 8;
   c.dtype = FLASH_F32;
   c.sk = 3001;
   c.sq = 4;  // speculative decoding: 16 rows per kv head, causal tail inside the last block
