@@ -1,7 +1,11 @@
 // Forward attention on Hopper (sm_90a, f16 / bf16): warp-specialised wgmma + TMA.
 //
-// Algorithm (FlashAttention-3's structure): one block per (query tile, head, batch),
-// kConsumers + 1 warpgroups (tile_configs.hpp). Warpgroup 0 is the producer: it gives its
+// Algorithm (FlashAttention-3's structure): a block works through work tiles (query
+// block, head, sequence): one per block, or, on the persistent grid (one block per SM,
+// unmasked problems: cuda_backend.cu's fwd_wgmma_persistent), the tiles it takes from a
+// counter, the next tile's Q (once the consumers' last S no longer reads it) and K/V
+// loading while the consumers finish this one. kConsumers + 1 warpgroups
+// (tile_configs.hpp). Warpgroup 0 is the producer: it gives its
 // registers away (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q
 // tile and of each visible K and V tile into a ring of kStages shared-memory stages, each
 // guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer done
@@ -30,7 +34,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "device_ops.cuh"
@@ -61,7 +68,23 @@ constexpr float kFfmaExpBound = 256.f;
 struct FwdTmaParams {
   FwdParams p;
   CUtensorMap q_map, k_map, v_map;
+  // Work tiles (query block, head, sequence), numbered query block fastest; a block runs
+  // tile blockIdx (linear) and, when tile_counter is set (the persistent grid), then the
+  // tiles it takes from that counter (zero between launches: the last block resets it).
+  int num_qblocks, total_tiles;
+  int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
 };
+
+// Query block, head and sequence of work tile t (fwd_wgmma_kernel's numbering). Causal /
+// banded query blocks late in the sequence carry the most K/V tiles: they come first.
+struct FwdWorkTile {
+  int qblock, head, batch;
+};
+__device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int t) {
+  const int qi = t % tp.num_qblocks, hb = t / tp.num_qblocks;
+  const int qblock = tp.p.mask.bounded ? tp.num_qblocks - 1 - qi : qi;
+  return {qblock, hb % tp.p.heads_q, hb / tp.p.heads_q + tp.p.batch_offset};
+}
 
 template <class T, class C, bool kSequences>
 __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
@@ -87,25 +110,42 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const auto empty_k = [&](int s) { return bars + 8 * (1 + 2 * ST + s); };
   const auto empty_v = [&](int s) { return bars + 8 * (1 + 3 * ST + s); };
 
-  // Causal / banded blocks late in the sequence carry the most tiles: start them first.
-  const int qblock = p.mask.bounded ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z + p.batch_offset;
-  const int kv_head = head / p.group;
-  const SequenceRows seq = kSequences ? sequence_rows(p, batch, head) : dense_rows(p, batch, head);
-  const MaskParams& mask = kSequences ? seq.mask : p.mask;
-  const int sq = mask.seqlen_q;
-  const int q0 = qblock * BM;
-  if (q0 >= sq) return;  // block-uniform, before any barrier exists
-  const int q_last = min(q0 + BM, sq) - 1;
-  const KeyRange keys = visible_keys(mask, q0, q_last);
-  const int tile_begin = keys.begin / BN;
-  const int tile_end = keys.end > keys.begin ? (keys.end + BN - 1) / BN : tile_begin;
-  const int n_tiles = tile_end - tile_begin;
+  const uint32_t empty_q = bars + 8 * (1 + 4 * ST);
+  // The work tile, handed from the producer to the consumers in shared memory (written
+  // before full_q's arrival, read before the consumers' empty_q arrival: one slot).
+  __shared__ int tile_slot;
+
+  // What a work tile covers; the producer and the consumers derive it alike, so both
+  // count the same K/V tiles through the ring.
+  struct TileSpan {
+    SequenceRows seq;
+    MaskParams mask;
+    int head, batch, q0, q_last, tile_begin, n_tiles;
+  };
+  const auto span_of = [&](int t) {
+    const FwdWorkTile w = fwd_work_tile(tp, t);
+    TileSpan sp;
+    sp.head = w.head;
+    sp.batch = w.batch;
+    sp.seq = kSequences ? sequence_rows(p, w.batch, w.head) : dense_rows(p, w.batch, w.head);
+    sp.mask = kSequences ? sp.seq.mask : p.mask;
+    sp.q0 = w.qblock * BM;
+    sp.q_last = min(sp.q0 + BM, sp.mask.seqlen_q) - 1;
+    sp.tile_begin = sp.n_tiles = 0;
+    if (sp.q0 < sp.mask.seqlen_q) {
+      const KeyRange keys = visible_keys(sp.mask, sp.q0, sp.q_last);
+      sp.tile_begin = keys.begin / BN;
+      const int tile_end = keys.end > keys.begin ? (keys.end + BN - 1) / BN : sp.tile_begin;
+      sp.n_tiles = tile_end - sp.tile_begin;
+    }
+    return sp;
+  };
+  const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 
   const int tid = threadIdx.x;
   if (tid == 0) {
     mbar_init(full_q, 1);
+    mbar_init(empty_q, kConsumerThreads);
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       mbar_init(full_k(s), 1);
@@ -121,27 +161,58 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   if (wg == 0) {
     // ---- producer: one thread issues every copy ------------------------------------------
     warpgroup_reg_dealloc<Dv::kProducerRegs>();
-    if (tid != 0 || n_tiles == 0) return;
+    if (tid != 0) return;
     tma_prefetch_map(&tp.q_map);
     tma_prefetch_map(&tp.k_map);
     tma_prefetch_map(&tp.v_map);
-    mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
+    int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
+    for (int t = first_tile, n = 0;; ++n) {
+      mbar_wait(empty_q, (n & 1) ^ 1);  // the consumers are done with the previous Q
+      if (t >= tp.total_tiles) {
+        tile_slot = -1;
+        mbar_arrive(full_q);  // no copy: the phase completes on this arrival
+        break;
+      }
+      // The next tile is taken now; its index is needed only after this tile's copies.
+      const int next = tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x)
+                                       : tp.total_tiles;
+      tile_slot = t;
+      const TileSpan sp = span_of(t);
+      if (sp.n_tiles == 0) {
+        mbar_arrive(full_q);  // nothing to load: the consumers write o = 0 or skip
+      } else {
+        mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
 #pragma unroll
-    for (int a = 0; a < D / 64; ++a)
-      tma_load_4d(sQ + a * BM * 128, &tp.q_map, full_q, a * 64, q0, head, batch);
-    for (int i = 0; i < n_tiles; ++i) {
-      const int s = i % ST, parity = (i / ST) & 1, k0 = (tile_begin + i) * BN;
-      const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
-      mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
-      mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
+        for (int a = 0; a < D / 64; ++a)
+          tma_load_4d(sQ + a * BM * 128, &tp.q_map, full_q, a * 64, sp.q0, sp.head, sp.batch);
+      }
+      const int kv_head = sp.head / p.group;
+      for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
+        const int s = ring % ST, parity = (ring / ST) & 1, k0 = (sp.tile_begin + i) * BN;
+        const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+        mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
+        mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
 #pragma unroll
-      for (int a = 0; a < D / 64; ++a)
-        tma_load_4d(sK + a * BN * 128, &tp.k_map, full_k(s), a * 64, k0, kv_head, batch);
-      mbar_wait(empty_v(s), parity ^ 1);
-      mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
+        for (int a = 0; a < D / 64; ++a)
+          tma_load_4d(sK + a * BN * 128, &tp.k_map, full_k(s), a * 64, k0, kv_head, sp.batch);
+        mbar_wait(empty_v(s), parity ^ 1);
+        mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
 #pragma unroll
-      for (int a = 0; a < D / 64; ++a)
-        tma_load_4d(sV + a * BN * 128, &tp.v_map, full_v(s), a * 64, k0, kv_head, batch);
+        for (int a = 0; a < D / 64; ++a)
+          tma_load_4d(sV + a * BN * 128, &tp.v_map, full_v(s), a * 64, k0, kv_head, sp.batch);
+      }
+      t = next;
+    }
+    // Every block stops after taking an index past the last tile; once all have, the
+    // counter is free: the last block to finish resets it for the next launch on this
+    // stream (the kernel boundary publishes the reset).
+    if (tp.tile_counter) {
+      __threadfence();  // this block's last take precedes its count (different words)
+      if (atomicAdd(tp.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        __threadfence();  // every block's takes precede the reset
+        tp.tile_counter[0] = 0;
+        tp.tile_counter[1] = 0;
+      }
     }
     return;
   }
@@ -150,18 +221,20 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   warpgroup_reg_alloc<Dv::kConsumerRegs>();
   const int c = wg - 1, ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
   const int g = lane / 4, tig = lane % 4;
-  const int row0 = q0 + c * 64 + warp_in_wg * 16 + g;  // this lane's rows: row0, row0 + 8
 
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
   const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
 
+  // The current work tile (set at the top of each pass of the tile loop below; the
+  // lambdas read it by reference), this lane's first row, and the K/V tiles consumed
+  // before it (the ring position of its tile 0).
+  TileSpan sp{};
+  int ring_base = 0, row0 = 0;  // this lane's rows: row0, row0 + 8
+  const MaskParams& mask = sp.mask;
+
   float acc_o[1][OT][4];
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int nt = 0; nt < OT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
   float(&acc_flat)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(acc_o);
   float s_acc[1][NT][4];  // S of the newest tile, then its P (f32)
   float(&s_flat)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(s_acc);
@@ -172,11 +245,11 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   // Q: this warpgroup's 64 rows of the K-major SW128 tile; k16 step kk is 32 bytes into
   // column atom kk / 4. K likewise (all BN rows).
   const uint64_t q_desc = gmma_desc(sQ + c * 64 * 128, 16, 1024, kGmmaSwizzle128);
-  const auto stage_of = [](int i) { return i % ST; };
-  const auto parity_of = [](int i) { return (i / ST) & 1; };
-  const auto key0_of = [&](int i) { return (tile_begin + i) * BN; };
+  const auto stage_of = [&](int i) { return (ring_base + i) % ST; };
+  const auto parity_of = [&](int i) { return ((ring_base + i) / ST) & 1; };
+  const auto key0_of = [&](int i) { return (sp.tile_begin + i) * BN; };
   const auto tile_masked = [&](int i) {
-    return !tile_fully_visible(mask, q0, q_last, key0_of(i), key0_of(i) + BN - 1);
+    return !tile_fully_visible(mask, sp.q0, sp.q_last, key0_of(i), key0_of(i) + BN - 1);
   };
 
   // Issues S = Q·K(i)ᵀ (64 x BN) on the tensor cores (not committed).
@@ -298,83 +371,103 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     }
   };
 
-  if (n_tiles > 0) {
-    mbar_wait(full_q, 0);
-    // Tile 0: S, softmax, P (O is still 0: no rescale).
-    float alpha[2];
-    mbar_wait(full_k(0), 0);
-    wgmma_fence();
-    issue_qk(0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s_flat);
-    mbar_arrive(empty_k(0));
-    softmax(0, alpha);
-    pack_p();
-    // Tile i: S(i) is issued before P(i-1)·V(i-1), and the softmax of S(i) runs while
-    // that product is still on the tensor cores (FlashAttention-3's intra-warpgroup
-    // overlap); O is rescaled once the product has landed.
-    for (int i = 1; i < n_tiles; ++i) {
-      mbar_wait(full_k(stage_of(i)), parity_of(i));
-      mbar_wait(full_v(stage_of(i - 1)), parity_of(i - 1));
-      const bool exact = needs_exact_pv(i - 1);
-      if (exact) pv_exact(i - 1);
-      wgmma_fence();  // pf and O were written by ordinary instructions
-      issue_qk(i);
-      wgmma_commit();
-      // Each branch commits and waits for its own groups. (One commit after the branch
-      // joined made ptxas close the group with a dummy HGMMA after the P·V products: the
-      // wait for "all but one group" then waited for P(i-1)·V(i-1) too, and the softmax
-      // below no longer overlapped it — ncu, bench/RESULTS.md.)
-      if (!exact) {
-        issue_pv(i - 1);
-        wgmma_commit();
-        wgmma_wait<1>();  // S(i) has landed; P(i-1)·V(i-1) may still run
-      } else {
-        wgmma_wait<0>();  // S(i) has landed (P(i-1)·V(i-1) was done by pv_exact)
-      }
-      wgmma_fence_operands(s_flat);
-      mbar_arrive(empty_k(stage_of(i)));
-      softmax(i, alpha);
-      wgmma_wait<0>();
-      wgmma_fence_operands(acc_flat);
-      mbar_arrive(empty_v(stage_of(i - 1)));
-      rescale_o(alpha);
-      pack_p();
-    }
-    const int last = n_tiles - 1;
-    mbar_wait(full_v(stage_of(last)), parity_of(last));
-    if (needs_exact_pv(last)) {
-      pv_exact(last);
-    } else {
+  for (int n = 0;; ++n) {
+    mbar_wait(full_q, n & 1);
+    const int t = tile_slot;
+    if (t < 0) break;
+    sp = span_of(t);
+    const int n_tiles = sp.n_tiles;
+    row0 = sp.q0 + c * 64 + warp_in_wg * 16 + g;
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+    if (n_tiles == 0) mbar_arrive(empty_q);  // no Q was loaded
+    if (sp.q0 >= mask.seqlen_q) continue;    // a packed sequence shorter than this block
+    if (n_tiles > 0) {
+      // Tile 0: S, softmax, P (O is still 0: no rescale).
+      float alpha[2];
+      mbar_wait(full_k(stage_of(0)), parity_of(0));
       wgmma_fence();
-      issue_pv(last);
+      issue_qk(0);
       wgmma_commit();
       wgmma_wait<0>();
-      wgmma_fence_operands(acc_flat);
+      wgmma_fence_operands(s_flat);
+      mbar_arrive(empty_k(stage_of(0)));
+      // Q is read by S = Q·Kᵀ only: after the last tile's S the producer may load the next
+      // work tile's Q (and then its K/V) while this one finishes.
+      if (n_tiles == 1) mbar_arrive(empty_q);
+      softmax(0, alpha);
+      pack_p();
+      // Tile i: S(i) is issued before P(i-1)·V(i-1), and the softmax of S(i) runs while
+      // that product is still on the tensor cores (FlashAttention-3's intra-warpgroup
+      // overlap); O is rescaled once the product has landed.
+      for (int i = 1; i < n_tiles; ++i) {
+        mbar_wait(full_k(stage_of(i)), parity_of(i));
+        mbar_wait(full_v(stage_of(i - 1)), parity_of(i - 1));
+        const bool exact = needs_exact_pv(i - 1);
+        if (exact) pv_exact(i - 1);
+        wgmma_fence();  // pf and O were written by ordinary instructions
+        issue_qk(i);
+        wgmma_commit();
+        // Each branch commits and waits for its own groups. (One commit after the branch
+        // joined made ptxas close the group with a dummy HGMMA after the P·V products: the
+        // wait for "all but one group" then waited for P(i-1)·V(i-1) too, and the softmax
+        // below no longer overlapped it — ncu, bench/RESULTS.md.)
+        if (!exact) {
+          issue_pv(i - 1);
+          wgmma_commit();
+          wgmma_wait<1>();  // S(i) has landed; P(i-1)·V(i-1) may still run
+        } else {
+          wgmma_wait<0>();  // S(i) has landed (P(i-1)·V(i-1) was done by pv_exact)
+        }
+        wgmma_fence_operands(s_flat);
+        mbar_arrive(empty_k(stage_of(i)));
+        if (i == n_tiles - 1) mbar_arrive(empty_q);
+        softmax(i, alpha);
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_flat);
+        mbar_arrive(empty_v(stage_of(i - 1)));
+        rescale_o(alpha);
+        pack_p();
+      }
+      const int last = n_tiles - 1;
+      mbar_wait(full_v(stage_of(last)), parity_of(last));
+      if (needs_exact_pv(last)) {
+        pv_exact(last);
+      } else {
+        wgmma_fence();
+        issue_pv(last);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_flat);
+      }
+      mbar_arrive(empty_v(stage_of(last)));
     }
-    mbar_arrive(empty_v(stage_of(last)));
-  }
 
-  // ---- normalise, store O and lse ------------------------------------------------------------
-  T* o = static_cast<T*>(p.o) + seq.o + head * p.o_stride[2];
+    // ---- normalise, store O and lse ------------------------------------------------------------
+    T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
-    const int row = row0 + 8 * h;
-    if (row >= sq) continue;
-    T* orow = o + (int64_t)row * p.o_stride[1];
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
+      const int row = row0 + 8 * h;
+      if (row >= mask.seqlen_q) continue;
+      T* orow = o + (int64_t)row * p.o_stride[1];
 #pragma unroll
-    for (int nt = 0; nt < OT; ++nt) {
-      const int col = nt * 8 + tig * 2;  // head_dim_v is a multiple of 8: col + 1 fits too
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(orow + col) =
-            pack2<T>(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
+      for (int nt = 0; nt < OT; ++nt) {
+        const int col = nt * 8 + tig * 2;  // head_dim_v is a multiple of 8: col + 1 fits too
+        if (col < p.head_dim_v)
+          *reinterpret_cast<uint32_t*>(orow + col) =
+              pack2<T>(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
+      }
+      if (p.lse != nullptr && tig == 0) p.lse[sp.seq.lse + row] = row_lse(row_max[h], l, mult);
     }
-    if (p.lse != nullptr && tig == 0) p.lse[seq.lse + row] = row_lse(row_max[h], l, mult);
+    ring_base += n_tiles;
   }
 #else
   __trap();
@@ -404,9 +497,19 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
       make_tile_map({params.v, bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv, batch,
                      params.v_stride[1], params.v_stride[2], params.v_stride[0], C::kBlockN});
   const int num_qblocks = (params.mask.seqlen_q + Dv::kBlockM - 1) / Dv::kBlockM;
-  for (int b0 = 0; b0 < batch; b0 += 65535) {  // gridDim.z is at most 65535
+  tp.num_qblocks = num_qblocks;
+  tp.tile_counter = params.tile_counter;
+  // Sequences per launch: a grid's z is at most 65535 and tile numbers are ints.
+  const int64_t tiles_per_seq = static_cast<int64_t>(num_qblocks) * params.heads_q;
+  const int per_launch = static_cast<int>(
+      std::min<int64_t>(65535, std::max<int64_t>(1, (INT32_MAX / 2) / tiles_per_seq)));
+  for (int b0 = 0; b0 < batch; b0 += per_launch) {
+    const int n = std::min(batch - b0, per_launch);
     tp.p.batch_offset = b0;
-    const dim3 grid(num_qblocks, params.heads_q, std::min(batch - b0, 65535));
+    tp.total_tiles = static_cast<int>(tiles_per_seq * n);
+    const dim3 grid = tp.tile_counter
+                          ? dim3(std::min(tp.total_tiles, std::max(1, params.persistent_blocks)))
+                          : dim3(num_qblocks, params.heads_q, n);
     kernel<<<grid, Dv::kThreads, Dv::kSmemBytes, stream>>>(tp);
   }
 }

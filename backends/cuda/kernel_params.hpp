@@ -42,6 +42,10 @@ struct FwdParams {
   const int* seqlens_kv;
   int num_seqs;
   bool wgmma;  // the Hopper forward (fwd_wgmma_kernel.cuh), chosen by choose()
+  // Its persistent grid: two ints of the per-stream counter buffer (zero between
+  // launches) and the blocks to launch (one per SM); null: one block per work tile.
+  int* tile_counter;
+  int persistent_blocks;
 };
 
 // Backward: dq/dk/dv use q/k/v strides, dout uses o_stride.

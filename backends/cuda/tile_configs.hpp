@@ -120,6 +120,14 @@ struct FwdWgmmaConfig;
     static constexpr int kDim = D, kBlockN = BN, kStages = ST, kConsumers = WG;           \
     static constexpr const char* kName = "wgmma_fwd_d" #D "_q" #WG "x64_kv" #BN "_s" #ST; \
   };
+// Whether unmasked problems take the forward's persistent grid (one block per SM taking
+// work tiles from a counter, the next tile's Q and K/V loaded while the consumers finish
+// this one) instead of one block per tile; cuda_backend.cu's fwd_wgmma_persistent()
+// decides per problem (FLASH_CUDA_FWD_PERSISTENT=1 / 0 overrides it at run time).
+#ifndef FLASH_FWD_WGMMA_PERSISTENT
+#define FLASH_FWD_WGMMA_PERSISTENT 1
+#endif
+constexpr bool kFwdWgmmaPersistent = FLASH_FWD_WGMMA_PERSISTENT;
 // (Stage counts alone may be set by single-value macros: nvcc splits -D values at commas.)
 #ifndef FLASH_FWD_WGMMA_STAGES_64
 #define FLASH_FWD_WGMMA_STAGES_64 2
@@ -160,8 +168,8 @@ struct FwdWgmmaDerived {
   static constexpr int kConsumerRegs = kConsumerRegsFit > 240 ? 240 : kConsumerRegsFit;
   static constexpr int kTileQBytes = kBlockM * C::kDim * 2;
   static constexpr int kTileKVBytes = C::kBlockN * C::kDim * 2;
-  // mbarriers: Q full, then K full, V full, K empty, V empty per stage.
-  static constexpr int kBarriers = 1 + 4 * C::kStages;
+  // mbarriers: Q full, then K full, V full, K empty, V empty per stage, then Q empty.
+  static constexpr int kBarriers = 2 + 4 * C::kStages;
   // 1024 bytes of slack: the swizzled tiles need a 1024-byte aligned base.
   static constexpr int kSmemBytes =
       1024 + kTileQBytes + 2 * C::kStages * kTileKVBytes + 8 * kBarriers;

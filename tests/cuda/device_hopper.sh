@@ -49,11 +49,16 @@ mod=$b/libflashattn_cuda.so
 [ -f "$mod" ] || mod=$(find $b -name libflashattn_cuda.so | head -1)
 tests=$b/tests/flashattn_tests
 rel=$b/tests/reliability/flashattn_reliability_tests
+# suite: once per value of SUITE_ENVS (e.g. "FLASH_CUDA_FWD_PERSISTENT=0
+# FLASH_CUDA_FWD_PERSISTENT=1"; default: the build's defaults).
 if has suite; then
-  timeout ${SUITE_S:-240} $tests --gtest_filter="${SUITE_FILTER:-All/Forward.*/cuda_*:Inference/*cuda*}" \
-    > "$OUT/suite.log" 2>&1
-  echo "suite rc=$?"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUT/suite.log" | head -30
+  for suite_env in ${SUITE_ENVS:-none}; do
+    log="$OUT/suite${SUITE_ENVS:+-$suite_env}.log"
+    env $([ "$suite_env" != none ] && echo "$suite_env") timeout ${SUITE_S:-240} $tests \
+      --gtest_filter="${SUITE_FILTER:-All/Forward.*/cuda_*:Inference/*cuda*}" > "$log" 2>&1
+    echo "suite ($suite_env) rc=$?"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$log" | head -30
+  done
 fi
 if has numerics; then
   timeout 200 $rel --gtest_filter='*cuda*:Cuda*' > "$OUT/numerics.log" 2>&1
@@ -73,14 +78,16 @@ if has sass; then
     tee "$OUT/sass_dummy_hgmma.txt" | head -4
   echo "sass: wgmma kernels with dummy HGMMAs: $(wc -l < "$OUT/sass_dummy_hgmma.txt")"
 fi
-# Forward A/B, alternating: "new" (this tree), "old" (build-old, if built) or "mma"
-# (this tree with FLASH_CUDA_FWD=mma).
+# Forward A/B, alternating: "new" (this tree), "old" (build-old, if built), "mma"
+# (this tree with FLASH_CUDA_FWD=mma), "persistent" / "grid" (this tree with
+# FLASH_CUDA_FWD_PERSISTENT=1 / 0).
 if has ab; then
   for round in $(seq ${ROUNDS:-2}); do
     for v in ${AB:-new mma}; do
       m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
       [ -n "$m" ] || continue
-      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
+      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) $([ $v = persistent ] && echo FLASH_CUDA_FWD_PERSISTENT=1) \
+        $([ $v = grid ] && echo FLASH_CUDA_FWD_PERSISTENT=0) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
         --dtype ${DTYPE:-bf16} --dims ${DIMS:-64 128 256} --seqlens ${SEQLENS:-1024 4096 16384} \
         2>&1 | sed "s/^ours /$v /" | tee -a "$OUT/ab.log" | grep -E "^$v" | tr -s ' ' | cut -d' ' -f1,6,7,9
     done
