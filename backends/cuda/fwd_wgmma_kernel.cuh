@@ -25,9 +25,10 @@
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
-// Measured (H100, bf16, FlashAttention's shapes, 2026-11-24, beside torch in one call):
-// D = 64 / 128 / 256 at S = 16k 494 / 600 / 682 TFLOP/s = 1.02 / 0.91 / 0.91 of cuDNN,
-// 1.6-2.1x torch's FlashAttention-2; tables in bench/RESULTS.md ("Hopper forward").
+// Measured (H100, bf16, FlashAttention's shapes, 3752e3f, beside torch in one call):
+// non-causal D = 64 / 128 / 256 at S = 16k 507-521 / 616-646 / 724-726 TFLOP/s =
+// 1.07-1.10 / 1.01-1.06 / 0.99 of cuDNN, at 4k 0.97 / 0.93-0.95 / 0.92-1.00; causal at
+// 4k 0.80-0.86; 1.5-2.3x torch's FlashAttention-2 (bench/RESULTS.md, issue 15 entries).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
