@@ -99,6 +99,7 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 // tile costs the same (measured, bench/RESULTS.md 2026-11-24: +4 % at S = 4k, D = 64 and
 // 128, equal at 16k; with causal masks 0-12 % slower than the hardware's block order).
 // FLASH_CUDA_FWD_PERSISTENT=1 / 0 forces it on / off (read once).
+MaskParams make_mask(const flash_problem& p);
 bool fwd_wgmma_persistent(const flash_problem& p) {
   static const int forced = [] {
     const char* e = std::getenv("FLASH_CUDA_FWD_PERSISTENT");
@@ -107,7 +108,7 @@ bool fwd_wgmma_persistent(const flash_problem& p) {
     return -1;
   }();
   if (forced >= 0) return forced == 1;
-  return kFwdWgmmaPersistent && !(p.causal || p.window_left >= 0 || p.window_right >= 0);
+  return !make_mask(p).bounded;
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {

@@ -120,14 +120,6 @@ struct FwdWgmmaConfig;
     static constexpr int kDim = D, kBlockN = BN, kStages = ST, kConsumers = WG;           \
     static constexpr const char* kName = "wgmma_fwd_d" #D "_q" #WG "x64_kv" #BN "_s" #ST; \
   };
-// Whether unmasked problems take the forward's persistent grid (one block per SM taking
-// work tiles from a counter, the next tile's Q and K/V loaded while the consumers finish
-// this one) instead of one block per tile; cuda_backend.cu's fwd_wgmma_persistent()
-// decides per problem (FLASH_CUDA_FWD_PERSISTENT=1 / 0 overrides it at run time).
-#ifndef FLASH_FWD_WGMMA_PERSISTENT
-#define FLASH_FWD_WGMMA_PERSISTENT 1
-#endif
-constexpr bool kFwdWgmmaPersistent = FLASH_FWD_WGMMA_PERSISTENT;
 // (Stage counts alone may be set by single-value macros: nvcc splits -D values at commas.)
 #ifndef FLASH_FWD_WGMMA_STAGES_64
 #define FLASH_FWD_WGMMA_STAGES_64 2
