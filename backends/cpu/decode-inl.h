@@ -457,9 +457,11 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
   const size_t k_span = static_cast<size_t>(k_head) * (heads - 1) + D * sizeof(T);
   const size_t v_span = static_cast<size_t>(v_head) * (heads - 1) + Dv * sizeof(T);
   const bool l2 = plan.prefetch == DecodePrefetch::kL2Far;
+  const bool prefetch = plan.prefetch != DecodePrefetch::kNone;
   const int64_t ahead = static_cast<int64_t>(
       (l2 ? DecodeConfig::kPrefetchBlocksL2 : DecodeConfig::kPrefetchBlocksL1) * K);
-  for (int64_t j = j_begin; j <= j_end && j < j_begin + ahead; j += static_cast<int64_t>(K))
+  for (int64_t j = j_begin; prefetch && j <= j_end && j < j_begin + ahead;
+       j += static_cast<int64_t>(K))
     PrefetchKeys<T>(kr, vr, j, static_cast<size_t>(std::min<int64_t>(K, j_end + 1 - j)), k_span,
                     v_span, l2);
 
@@ -493,7 +495,7 @@ HWY_NOINLINE void DecodeItemT(const DecodePlan& plan, int64_t item) {
     // S = Q·Kᵀ key-major (all heads of a key, then the next key): K is read in address
     // order when the heads are packed, a stream the hardware prefetchers follow.
     for (size_t t = 0; t < kb; t += QK) {
-      if (j_pf + static_cast<int64_t>(t) <= j_end)  // spread over the block, one step at a time
+      if (prefetch && j_pf + static_cast<int64_t>(t) <= j_end)  // spread over the block
         PrefetchKeys<T>(
             kr, vr, j_pf + static_cast<int64_t>(t),
             static_cast<size_t>(std::min<int64_t>(QK, j_end + 1 - j_pf - static_cast<int64_t>(t))),

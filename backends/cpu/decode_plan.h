@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_plan.h"
@@ -77,11 +79,18 @@ struct KvRows {
 
 // Software prefetch of the K/V rows ahead (decode-inl.h, DecodeConfig), chosen per CPU
 // vendor because the two measured best with opposite hints: into L1 one block ahead on
-// Intel, towards L2 two blocks ahead on AMD.
-enum class DecodePrefetch { kL1Near, kL2Far };
+// Intel, towards L2 two blocks ahead on AMD. FLASH_CPU_DECODE_PREFETCH=l1 / l2 / none
+// forces one (read once; for measuring the policies on a new machine).
+enum class DecodePrefetch { kL1Near, kL2Far, kNone };
 inline DecodePrefetch DecodePrefetchPolicy() {
-  static const DecodePrefetch policy =
-      __builtin_cpu_is("amd") ? DecodePrefetch::kL2Far : DecodePrefetch::kL1Near;
+  static const DecodePrefetch policy = [] {
+    const char* e = std::getenv("FLASH_CPU_DECODE_PREFETCH");
+    const std::string forced = e != nullptr ? e : "";
+    if (forced == "l1") return DecodePrefetch::kL1Near;
+    if (forced == "l2") return DecodePrefetch::kL2Far;
+    if (forced == "none") return DecodePrefetch::kNone;
+    return __builtin_cpu_is("amd") ? DecodePrefetch::kL2Far : DecodePrefetch::kL1Near;
+  }();
   return policy;
 }
 

@@ -111,6 +111,19 @@ bool fwd_wgmma_persistent(const flash_problem& p) {
   return !make_mask(p).bounded;
 }
 
+// K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
+// (fwd_work_tile's sections): half the L2, the rest left to the Q and O streams and to
+// the tiles of the next section starting while this one ends.
+// FLASH_CUDA_FWD_L2_SECTIONS=0 takes one head after another instead (the order before
+// the sections, kept for A/B; read once).
+int64_t fwd_l2_section_bytes(int l2_bytes) {
+  static const bool off = [] {
+    const char* e = std::getenv("FLASH_CUDA_FWD_L2_SECTIONS");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  return off ? 0 : l2_bytes / 2;
+}
+
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
   const int dim = tile_dim(p);
   std::string name;
@@ -170,6 +183,7 @@ struct DeviceInfo {
   int major = 0, minor = 0;
   int smem_optin = 0;
   int sms = 1;  // streaming multiprocessors
+  int l2_bytes = 0;
   std::string name;
 };
 
@@ -191,6 +205,7 @@ DeviceInfo current_device() {
   info.minor = prop.minor;
   info.smem_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   info.sms = prop.multiProcessorCount;
+  info.l2_bytes = prop.l2CacheSize;
   info.name = prop.name;
   cache.emplace(device, info);
   return info;
@@ -564,6 +579,7 @@ struct CudaBackend {
       f.tile_counter = static_cast<int*>(tile_counter.ptr);
       f.persistent_blocks = device.sms;
     }
+    f.l2_section_bytes = fwd_l2_section_bytes(device.l2_bytes);
     switch (p.dtype) {
       case FLASH_F32:
         dispatch_forward<Dtype::f32>(dim, f, batch, stream);

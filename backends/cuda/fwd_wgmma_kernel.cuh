@@ -73,16 +73,35 @@ struct FwdTmaParams {
   // tiles it takes from that counter (zero between launches: the last block resets it).
   int num_qblocks, total_tiles;
   int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
+  // Causal / banded masks: (head, sequence) pairs per L2 section (fwd_work_tile).
+  int section_pairs;
 };
 
-// Query block, head and sequence of work tile t (fwd_wgmma_kernel's numbering). Causal /
-// banded query blocks late in the sequence carry the most K/V tiles: they come first.
+// Query block, head and sequence of work tile t (fwd_wgmma_kernel's numbering). Blocks
+// start tiles roughly in this order (the hardware's dispatch, or the persistent grid's
+// counter). Unmasked: query block fastest, so the tiles in flight share the K/V of a few
+// heads in L2. Causal / banded: tiles differ in length (late query blocks see the most
+// keys) and the grid ends well only if the longest start first; the (head, sequence)
+// pairs go in sections of section_pairs, whose K/V fit the L2 together, and within a
+// section the longest query blocks of every pair come first (longest-processing-time
+// order within what the L2 holds; section_pairs = 1 is one head after another).
 struct FwdWorkTile {
   int qblock, head, batch;
 };
 __device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int t) {
-  const int qi = t % tp.num_qblocks, hb = t / tp.num_qblocks;
-  const int qblock = tp.p.mask.bounded ? tp.num_qblocks - 1 - qi : qi;
+  int qblock, hb;
+  if (!tp.p.mask.bounded) {
+    qblock = t % tp.num_qblocks;
+    hb = t / tp.num_qblocks;
+  } else {
+    const int per_section = tp.section_pairs * tp.num_qblocks;
+    const int section = t / per_section, within = t - section * per_section;
+    const int first = section * tp.section_pairs;
+    // The last section may hold fewer pairs; t < total_tiles keeps within < here·qblocks.
+    const int here = min(tp.section_pairs, tp.total_tiles / tp.num_qblocks - first);
+    qblock = tp.num_qblocks - 1 - within / here;
+    hb = first + within % here;
+  }
   return {qblock, hb % tp.p.heads_q, hb / tp.p.heads_q + tp.p.batch_offset};
 }
 
@@ -499,6 +518,10 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   const int num_qblocks = (params.mask.seqlen_q + Dv::kBlockM - 1) / Dv::kBlockM;
   tp.num_qblocks = num_qblocks;
   tp.tile_counter = params.tile_counter;
+  // K/V bytes of one query head (the heads of a GQA group share theirs).
+  const int64_t kv_bytes_per_head = std::max<int64_t>(
+      1, static_cast<int64_t>(params.mask.seqlen_kv) * (params.head_dim + params.head_dim_v) *
+             static_cast<int64_t>(sizeof(T)) / params.group);
   // Sequences per launch: a grid's z is at most 65535 and tile numbers are ints.
   const int64_t tiles_per_seq = static_cast<int64_t>(num_qblocks) * params.heads_q;
   const int per_launch = static_cast<int>(
@@ -507,6 +530,8 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
     const int n = std::min(batch - b0, per_launch);
     tp.p.batch_offset = b0;
     tp.total_tiles = static_cast<int>(tiles_per_seq * n);
+    tp.section_pairs = static_cast<int>(std::clamp<int64_t>(
+        params.l2_section_bytes / kv_bytes_per_head, 1, static_cast<int64_t>(params.heads_q) * n));
     const dim3 grid = tp.tile_counter
                           ? dim3(std::min(tp.total_tiles, std::max(1, params.persistent_blocks)))
                           : dim3(num_qblocks, params.heads_q, n);

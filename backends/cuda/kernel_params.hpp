@@ -46,6 +46,9 @@ struct FwdParams {
   // launches) and the blocks to launch (one per SM); null: one block per work tile.
   int* tile_counter;
   int persistent_blocks;
+  // Causal / banded: K/V bytes the tiles in flight may share in L2 (the work-tile order,
+  // fwd_wgmma_kernel.cuh); 0 = one head after another.
+  int64_t l2_section_bytes;
 };
 
 // Backward: dq/dk/dv use q/k/v strides, dout uses o_stride.

@@ -23,7 +23,9 @@
 #            that shape, then right after 200 ms of torch SDPA on 16 threads in the same
 #            parent process (as compare_torch runs it), then 1 s later; median and min
 #            of 20 calls each (bench/RESULTS.md, "Dev machine", issue 17 helper entry)
-#   decode   CPU decode GB/s beside a host copy, two rounds (issue 14; run it alone)
+#   decode   CPU decode GB/s beside a host copy, two rounds (issue 14; run it alone);
+#            DECODE_PREFETCH="l1 l2 none" alternates the prefetch policies, DECODE_DTYPES,
+#            DECODE_BATCH, DECODE_KEYS narrow the grid
 #   table    one table of the ratios to torch (from the compare_torch JSON files)
 # The AMX backward against torch alone (~3 minutes with the build):
 #   STEPS="build speed table" SPEED_RUNS="bf16_bwd_amx" bash tests/cpu/device_cpu.sh
@@ -215,11 +217,16 @@ fi
 # between runs); not in the default STEPS (it needs a quiet host: run it alone).
 if has decode && in_time "decode"; then
   t0=$(date +%s)
+  # DECODE_PREFETCH="l1 l2 none" alternates the software-prefetch policies
+  # (FLASH_CPU_DECODE_PREFETCH) within each round; "default" = the kernel's choice.
   for round in 1 2; do
-    for dt in f32 bf16; do
-      OMP_NUM_THREADS=$THREADS timeout 120 $b/bench/flashattn-decode-bench --backend cpu --dtype $dt \
-        --batch 1 8 --keys 8192 131072 --queries 1 --page 0 64 --iters 10 2>&1 |
-        grep -E "^\| cpu" | sed "s/^| cpu /| cpu r$round /"
+    for pf in ${DECODE_PREFETCH:-default}; do
+      for dt in ${DECODE_DTYPES:-f32 bf16}; do
+        env $([ "$pf" != default ] && echo FLASH_CPU_DECODE_PREFETCH=$pf) OMP_NUM_THREADS=$THREADS \
+          timeout 120 $b/bench/flashattn-decode-bench --backend cpu --dtype $dt \
+          --batch ${DECODE_BATCH:-1 8} --keys ${DECODE_KEYS:-8192 131072} --queries 1 --page 0 64 \
+          --iters 10 2>&1 | grep -E "^\| cpu" | sed "s/^| cpu /| cpu r$round $pf /"
+      done
     done
   done | tee "$OUT/decode.log"
   echo "decode: $(($(date +%s) - t0)) s"

@@ -80,14 +80,15 @@ if has sass; then
 fi
 # Forward A/B, alternating: "new" (this tree), "old" (build-old, if built), "mma"
 # (this tree with FLASH_CUDA_FWD=mma), "persistent" / "grid" (this tree with
-# FLASH_CUDA_FWD_PERSISTENT=1 / 0).
+# FLASH_CUDA_FWD_PERSISTENT=1 / 0), "headorder" (this tree with FLASH_CUDA_FWD_L2_SECTIONS=0),
+# "persistent-headorder" (both).
 if has ab; then
   for round in $(seq ${ROUNDS:-2}); do
     for v in ${AB:-new mma}; do
       m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
       [ -n "$m" ] || continue
-      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) $([ $v = persistent ] && echo FLASH_CUDA_FWD_PERSISTENT=1) \
-        $([ $v = grid ] && echo FLASH_CUDA_FWD_PERSISTENT=0) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
+      env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) $([[ $v == persistent* ]] && echo FLASH_CUDA_FWD_PERSISTENT=1) \
+        $([ $v = grid ] && echo FLASH_CUDA_FWD_PERSISTENT=0) $([[ $v == *headorder ]] && echo FLASH_CUDA_FWD_L2_SECTIONS=0) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
         --dtype ${DTYPE:-bf16} --dims ${DIMS:-64 128 256} --seqlens ${SEQLENS:-1024 4096 16384} \
         2>&1 | sed "s/^ours /$v /" | tee -a "$OUT/ab.log" | grep -E "^$v" | tr -s ' ' | cut -d' ' -f1,6,7,9
     done
