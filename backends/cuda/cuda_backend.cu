@@ -112,8 +112,10 @@ bool fwd_wgmma_persistent(const flash_problem& p) {
 }
 
 // K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
-// (fwd_work_tile's sections): half the L2, the rest left to the Q and O streams and to
-// the tiles of the next section starting while this one ends.
+// (fwd_work_tile's sections): a quarter of the L2, the rest left to the Q and O streams
+// and to the tiles of the next section starting while this one ends. (Half the L2, H100,
+// 2026-11-24: D 128 causal +5 % at S = 4k (8 pairs) but -4 % at 16k (3 pairs) against
+// one head after another; a quarter takes one head at 16k, D 128.)
 // FLASH_CUDA_FWD_L2_SECTIONS=0 takes one head after another instead (the order before
 // the sections, kept for A/B; read once).
 int64_t fwd_l2_section_bytes(int l2_bytes) {
@@ -121,7 +123,7 @@ int64_t fwd_l2_section_bytes(int l2_bytes) {
     const char* e = std::getenv("FLASH_CUDA_FWD_L2_SECTIONS");
     return e != nullptr && std::string(e) == "0";
   }();
-  return off ? 0 : l2_bytes / 2;
+  return off ? 0 : l2_bytes / 4;
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {

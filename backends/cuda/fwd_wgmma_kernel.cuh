@@ -192,9 +192,6 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         mbar_arrive(full_q);  // no copy: the phase completes on this arrival
         break;
       }
-      // The next tile is taken now; its index is needed only after this tile's copies.
-      const int next = tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x)
-                                       : tp.total_tiles;
       tile_slot = t;
       const TileSpan sp = span_of(t);
       if (sp.n_tiles == 0) {
@@ -220,7 +217,12 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         for (int a = 0; a < D / 64; ++a)
           tma_load_4d(sV + a * BN * 128, &tp.v_map, full_v(s), a * 64, k0, kv_head, sp.batch);
       }
-      t = next;
+      // The next tile is taken once this one's copies are issued (its consumers are then
+      // within kStages K/V tiles of its end), not when it starts: a block that took its
+      // next tile at the start held it through a long causal tile while blocks that
+      // finished short ones found the counter further on (the grid then ended unevenly).
+      t = tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x)
+                          : tp.total_tiles;
     }
     // Every block stops after taking an index past the last tile; once all have, the
     // counter is free: the last block to finish resets it for the next launch on this
