@@ -78,20 +78,23 @@ struct KvRows {
 };
 
 // Software prefetch of the K/V rows ahead (decode-inl.h, DecodeConfig), chosen per CPU
-// vendor because the two measured best with opposite hints: into L1 one block ahead on
-// Intel, towards L2 two blocks ahead on AMD. FLASH_CPU_DECODE_PREFETCH=l1 / l2 / none
-// forces one (read once; for measuring the policies on a new machine).
+// vendor and element size. Intel (16-core device host, 16 threads, B = 8, 128k keys,
+// 2026-11-24): f32 with no hints reached 0.88-0.90 of a host copy where hints into L1
+// one block ahead reached 0.78-0.82 (an item's [key, heads, dim] rows are one address
+// stream the hardware prefetchers follow; the hints only took line-fill buffers), bf16
+// 0.97-1.08 with the L1 hints and 0.87-0.89 without; towards L2 was slower for both.
+// AMD (dev machine): towards L2 two blocks ahead. FLASH_CPU_DECODE_PREFETCH=l1 / l2 /
+// none forces one (read once; for measuring the policies on a new machine).
 enum class DecodePrefetch { kL1Near, kL2Far, kNone };
-inline DecodePrefetch DecodePrefetchPolicy() {
-  static const DecodePrefetch policy = [] {
-    const char* e = std::getenv("FLASH_CPU_DECODE_PREFETCH");
-    const std::string forced = e != nullptr ? e : "";
-    if (forced == "l1") return DecodePrefetch::kL1Near;
-    if (forced == "l2") return DecodePrefetch::kL2Far;
-    if (forced == "none") return DecodePrefetch::kNone;
-    return __builtin_cpu_is("amd") ? DecodePrefetch::kL2Far : DecodePrefetch::kL1Near;
-  }();
-  return policy;
+inline DecodePrefetch DecodePrefetchPolicy(size_t element_bytes) {
+  static const char* forced_env = std::getenv("FLASH_CPU_DECODE_PREFETCH");
+  const std::string forced = forced_env != nullptr ? forced_env : "";
+  if (forced == "l1") return DecodePrefetch::kL1Near;
+  if (forced == "l2") return DecodePrefetch::kL2Far;
+  if (forced == "none") return DecodePrefetch::kNone;
+  static const bool amd = __builtin_cpu_is("amd");
+  if (amd) return DecodePrefetch::kL2Far;
+  return element_bytes >= 4 ? DecodePrefetch::kNone : DecodePrefetch::kL1Near;
 }
 
 struct DecodeSequence {
@@ -114,7 +117,7 @@ struct DecodePlan {
   int64_t items = 0;
   // Combine units: (b, h) pairs with more than one chunk, as b·heads_kv + h.
   std::vector<int64_t> combines;
-  DecodePrefetch prefetch = DecodePrefetchPolicy();
+  DecodePrefetch prefetch = DecodePrefetch::kL1Near;  // set by Make
   float* scratch = nullptr;  // partials: per split item, rows x (head_dim_v + 2) floats
   int64_t scratch_floats = 0;
 
@@ -123,8 +126,20 @@ struct DecodePlan {
 
   static DecodePlan Make(const flash_problem& p, const void* q, const void* k, const void* v,
                          void* o) {
-    DecodePlan plan{&p, q, k,  v, o,  p.heads_q / p.heads_kv, 0,
-                    0,  0, {}, 0, {}, DecodePrefetchPolicy(), nullptr,
+    DecodePlan plan{&p,
+                    q,
+                    k,
+                    v,
+                    o,
+                    p.heads_q / p.heads_kv,
+                    0,
+                    0,
+                    0,
+                    {},
+                    0,
+                    {},
+                    DecodePrefetchPolicy(ElementSize(p.dtype)),
+                    nullptr,
                     0};
     plan.heads_per_item = std::min(
         p.heads_kv,

@@ -95,20 +95,15 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 
 // Whether the Hopper forward runs on its persistent grid (one block per SM taking work
 // tiles from a counter; the next tile's Q and K/V load while this one finishes) instead
-// of one block per tile. Default: only without a causal / window bound, where every
-// tile costs the same (measured, bench/RESULTS.md 2026-11-24: +4 % at S = 4k, D = 64 and
-// 128, equal at 16k; with causal masks 0-12 % slower than the hardware's block order).
-// FLASH_CUDA_FWD_PERSISTENT=1 / 0 forces it on / off (read once).
-MaskParams make_mask(const flash_problem& p);
-bool fwd_wgmma_persistent(const flash_problem& p) {
-  static const int forced = [] {
+// of one block per tile: always, unless FLASH_CUDA_FWD_PERSISTENT=0 (read once; A/B).
+// Measured (bench/RESULTS.md 2026-11-24, H100, 779816c): +0-6 % unmasked at S >= 4k,
+// +5-15 % causal at 4k, +13-25 % at 1k; equal within noise at 16k.
+bool fwd_wgmma_persistent() {
+  static const bool off = [] {
     const char* e = std::getenv("FLASH_CUDA_FWD_PERSISTENT");
-    if (e != nullptr && std::string(e) == "1") return 1;
-    if (e != nullptr && std::string(e) == "0") return 0;
-    return -1;
+    return e != nullptr && std::string(e) == "0";
   }();
-  if (forced >= 0) return forced == 1;
-  return !make_mask(p).bounded;
+  return !off;
 }
 
 // K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
@@ -150,7 +145,7 @@ std::string fwd_config_name(const flash_problem& p, bool wgmma) {
         name = p.dtype == FLASH_F32 ? FwdF32Config::kName : FwdPairConfig<256>::kName;
         break;
     }
-  if (wgmma && fwd_wgmma_persistent(p)) name += "_persistent";
+  if (wgmma && fwd_wgmma_persistent()) name += "_persistent";
   std::string sequences;
   if (p.cu_seqlens_q || p.cu_seqlens_kv) sequences += " packed";
   if (p.seqlens_kv) sequences += " cache-lengths";
@@ -576,7 +571,7 @@ struct CudaBackend {
     f.wgmma = fwd_wgmma_usable(p, device.major, device.minor);
     // The persistent Hopper forward's tile counter (held until the launch is enqueued).
     LockedBuffer tile_counter;
-    if (f.wgmma && fwd_wgmma_persistent(p)) {
+    if (f.wgmma && fwd_wgmma_persistent()) {
       tile_counter = lock_device_buffer(stream, BufferPurpose::counters, 2 * sizeof(int));
       f.tile_counter = static_cast<int*>(tile_counter.ptr);
       f.persistent_blocks = device.sms;

@@ -1,10 +1,10 @@
 // Forward attention on Hopper (sm_90a, f16 / bf16): warp-specialised wgmma + TMA.
 //
 // Algorithm (FlashAttention-3's structure): a block works through work tiles (query
-// block, head, sequence): one per block, or, on the persistent grid (one block per SM,
-// unmasked problems: cuda_backend.cu's fwd_wgmma_persistent), the tiles it takes from a
-// counter, the next tile's Q (once the consumers' last S no longer reads it) and K/V
-// loading while the consumers finish this one. kConsumers + 1 warpgroups
+// block, head, sequence): on the persistent grid (the default: one block per SM,
+// cuda_backend.cu's fwd_wgmma_persistent) the tiles it takes from a counter, the next
+// tile's Q (once the consumers' last S no longer reads it) and K/V loading while the
+// consumers finish this one; otherwise one tile per block. kConsumers + 1 warpgroups
 // (tile_configs.hpp). Warpgroup 0 is the producer: it gives its
 // registers away (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q
 // tile and of each visible K and V tile into a ring of kStages shared-memory stages, each
@@ -25,10 +25,11 @@
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
-// Measured (H100, bf16, FlashAttention's shapes, 3752e3f, beside torch in one call):
-// non-causal D = 64 / 128 / 256 at S = 16k 507-521 / 616-646 / 724-726 TFLOP/s =
-// 1.07-1.10 / 1.01-1.06 / 0.99 of cuDNN, at 4k 0.97 / 0.93-0.95 / 0.92-1.00; causal at
-// 4k 0.80-0.86; 1.5-2.3x torch's FlashAttention-2 (bench/RESULTS.md, issue 15 entries).
+// Measured (H100, bf16, FlashAttention's shapes, 779816c, beside torch in one call):
+// S = 4k / 16k non-causal D = 64 476 / 505, D = 128 627 / 615, D = 256 679 / 689 TFLOP/s
+// = 1.06 / 1.04, 0.97 / 0.96, 0.98 / 0.94 of cuDNN; causal 379 / 440, 512 / 586,
+// 529 / 617 = 0.98 / 0.96, 0.95 / 0.95, 0.95 / 0.98; 1.6-2.0x torch's FlashAttention-2
+// (bench/RESULTS.md, issue 15 entries).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
