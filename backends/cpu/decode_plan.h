@@ -126,21 +126,14 @@ struct DecodePlan {
 
   static DecodePlan Make(const flash_problem& p, const void* q, const void* k, const void* v,
                          void* o) {
-    DecodePlan plan{&p,
-                    q,
-                    k,
-                    v,
-                    o,
-                    p.heads_q / p.heads_kv,
-                    0,
-                    0,
-                    0,
-                    {},
-                    0,
-                    {},
-                    DecodePrefetchPolicy(ElementSize(p.dtype)),
-                    nullptr,
-                    0};
+    DecodePlan plan{};
+    plan.p = &p;
+    plan.q = q;
+    plan.k = k;
+    plan.v = v;
+    plan.o = o;
+    plan.group = p.heads_q / p.heads_kv;
+    plan.prefetch = DecodePrefetchPolicy(ElementSize(p.dtype));
     plan.heads_per_item = std::min(
         p.heads_kv,
         std::clamp<int64_t>(kDecodeRowsPerItem / std::max<int64_t>(1, p.seqlen_q * plan.group), 1,
