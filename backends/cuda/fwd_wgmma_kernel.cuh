@@ -50,6 +50,7 @@
 #include "tma_map.hpp"
 #include "tma_ops.cuh"
 #include "wgmma_ops.cuh"
+#include "work_tile_order.cuh"
 
 namespace flash::cuda {
 
@@ -69,41 +70,24 @@ constexpr float kFfmaExpBound = 256.f;
 struct FwdTmaParams {
   FwdParams p;
   CUtensorMap q_map, k_map, v_map;
-  // Work tiles (query block, head, sequence), numbered query block fastest; a block runs
-  // tile blockIdx (linear) and, when tile_counter is set (the persistent grid), then the
-  // tiles it takes from that counter (zero between launches: the last block resets it).
+  // Work tiles (query block, head, sequence), numbered as work_tile_order.cuh says; a
+  // block runs tile blockIdx (linear) and, when tile_counter is set (the persistent
+  // grid), then the tiles it takes from that counter (zero between launches: the last
+  // block resets it).
   int num_qblocks, total_tiles;
   int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
-  // Causal / banded masks: (head, sequence) pairs per L2 section (fwd_work_tile).
+  // Causal / banded masks: (head, sequence) pairs per L2 section (work_tile_slot).
   int section_pairs;
 };
 
-// Query block, head and sequence of work tile t (fwd_wgmma_kernel's numbering). Blocks
-// start tiles roughly in this order (the hardware's dispatch, or the persistent grid's
-// counter). Unmasked: query block fastest, so the tiles in flight share the K/V of a few
-// heads in L2. Causal / banded: tiles differ in length (late query blocks see the most
-// keys) and the grid ends well only if the longest start first; the (head, sequence)
-// pairs go in sections of section_pairs, whose K/V fit the L2 together, and within a
-// section the longest query blocks of every pair come first (longest-processing-time
-// order within what the L2 holds; section_pairs = 1 is one head after another).
+// Query block, head and sequence of work tile t, in the order of work_tile_order.cuh.
 struct FwdWorkTile {
   int qblock, head, batch;
 };
 __device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int t) {
-  int qblock, hb;
-  if (!tp.p.mask.bounded) {
-    qblock = t % tp.num_qblocks;
-    hb = t / tp.num_qblocks;
-  } else {
-    const int per_section = tp.section_pairs * tp.num_qblocks;
-    const int section = t / per_section, within = t - section * per_section;
-    const int first = section * tp.section_pairs;
-    // The last section may hold fewer pairs; t < total_tiles keeps within < here·qblocks.
-    const int here = min(tp.section_pairs, tp.total_tiles / tp.num_qblocks - first);
-    qblock = tp.num_qblocks - 1 - within / here;
-    hb = first + within % here;
-  }
-  return {qblock, hb % tp.p.heads_q, hb / tp.p.heads_q + tp.p.batch_offset};
+  const WorkTileSlot w = work_tile_slot(t, tp.num_qblocks, tp.total_tiles / tp.num_qblocks,
+                                        tp.p.mask.bounded, tp.section_pairs);
+  return {w.qblock, w.pair % tp.p.heads_q, w.pair / tp.p.heads_q + tp.p.batch_offset};
 }
 
 template <class T, class C, bool kSequences>

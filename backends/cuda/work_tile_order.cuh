@@ -1,0 +1,33 @@
+// The order in which the Hopper forward's blocks start their work tiles
+// (fwd_wgmma_kernel.cuh: the hardware dispatches blocks, and the persistent grid hands
+// out tiles, in tile-number order). Host and device: tests/cuda/work_tile_order_test.cu
+// checks on the host that every order is a permutation of the tiles.
+#pragma once
+
+namespace flash::cuda {
+
+// Tile t of num_qblocks x pairs tiles, pair = head + heads_q · sequence.
+struct WorkTileSlot {
+  int qblock, pair;
+};
+
+// Unmasked (longest_first = false): query block fastest, so the tiles in flight share
+// the K/V of a few heads in L2. Causal / banded (longest_first): tiles differ in length
+// (late query blocks see the most keys) and a grid ends evenly only if the longest start
+// first; the pairs go in sections of section_pairs (1 <= section_pairs <= pairs) whose
+// K/V fit the L2 together, and within a section the longest query block of every pair
+// comes first (longest-processing-time order within what the L2 holds; section_pairs = 1
+// is one head after another).
+__host__ __device__ inline WorkTileSlot work_tile_slot(int t, int num_qblocks, int pairs,
+                                                       bool longest_first, int section_pairs) {
+  if (!longest_first) return {t % num_qblocks, t / num_qblocks};
+  const int per_section = section_pairs * num_qblocks;
+  const int section = t / per_section, within = t - section * per_section;
+  const int first = section * section_pairs;
+  // The last section may hold fewer pairs; t < pairs · num_qblocks keeps within below
+  // here · num_qblocks.
+  const int here = section_pairs < pairs - first ? section_pairs : pairs - first;
+  return {num_qblocks - 1 - within / here, first + within % here};
+}
+
+}  // namespace flash::cuda
