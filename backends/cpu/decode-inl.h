@@ -75,8 +75,8 @@ struct DecodeConfig {
   // once stalled on full miss buffers: perf put 47% of the kernel's time on them).
   // Intel (16-core device host, 16 threads): into L1, one block ahead, beat no software
   // prefetch by 10-20% and hints towards L2 2 or 4 blocks ahead by 5-30% (bf16 still
-  // does; f32, whose items read one address stream since they take whole [key, heads,
-  // dim] rows, runs without hints there: DecodePrefetchPolicy, decode_plan.h). AMD (dev
+  // does; f32 runs without hints there since 2026-11-24: DecodePrefetchPolicy,
+  // decode_plan.h). AMD (dev
   // machine, Zen 4, one thread): towards L2, two blocks ahead, took 59-61 ns per key
   // and head (bf16) where L1 one block ahead took 85 and none 80-97; the L1 hints of a
   // block's rows, 4 KiB apart, alias into the same few L1 sets there.

@@ -80,18 +80,25 @@ struct KvRows {
 // Software prefetch of the K/V rows ahead (decode-inl.h, DecodeConfig), chosen per CPU
 // vendor and element size. Intel (16-core device host, 16 threads, B = 8, 128k keys,
 // 2026-11-24): f32 with no hints reached 0.88-0.90 of a host copy where hints into L1
-// one block ahead reached 0.78-0.82 (an item's [key, heads, dim] rows are one address
-// stream the hardware prefetchers follow; the hints only took line-fill buffers), bf16
-// 0.97-1.08 with the L1 hints and 0.87-0.89 without; towards L2 was slower for both.
-// AMD (dev machine): towards L2 two blocks ahead. FLASH_CPU_DECODE_PREFETCH=l1 / l2 /
-// none forces one (read once; for measuring the policies on a new machine).
+// one block ahead reached 0.78-0.82; bf16 0.97-1.08 with the L1 hints and 0.87-0.89
+// without; towards L2 was slower for both. (A guess at why: an f32 key row is twice the
+// lines for the same arithmetic, so its hints hold more line-fill buffers per unit of
+// compute, and the hardware prefetchers already follow an item's [key, heads, dim]
+// rows.) AMD (dev machine): towards L2 two blocks ahead.
+// FLASH_CPU_DECODE_PREFETCH=l1 / l2 / none forces one (read once; for measuring the
+// policies on a new machine).
 enum class DecodePrefetch { kL1Near, kL2Far, kNone };
 inline DecodePrefetch DecodePrefetchPolicy(size_t element_bytes) {
-  static const char* forced_env = std::getenv("FLASH_CPU_DECODE_PREFETCH");
-  const std::string forced = forced_env != nullptr ? forced_env : "";
-  if (forced == "l1") return DecodePrefetch::kL1Near;
-  if (forced == "l2") return DecodePrefetch::kL2Far;
-  if (forced == "none") return DecodePrefetch::kNone;
+  // -1: not forced.
+  static const int forced = [] {
+    const char* e = std::getenv("FLASH_CPU_DECODE_PREFETCH");
+    const std::string v = e != nullptr ? e : "";
+    if (v == "l1") return static_cast<int>(DecodePrefetch::kL1Near);
+    if (v == "l2") return static_cast<int>(DecodePrefetch::kL2Far);
+    if (v == "none") return static_cast<int>(DecodePrefetch::kNone);
+    return -1;
+  }();
+  if (forced >= 0) return static_cast<DecodePrefetch>(forced);
   static const bool amd = __builtin_cpu_is("amd");
   if (amd) return DecodePrefetch::kL2Far;
   return element_bytes >= 4 ? DecodePrefetch::kNone : DecodePrefetch::kL1Near;

@@ -96,8 +96,9 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 // Whether the Hopper forward runs on its persistent grid (one block per SM taking work
 // tiles from a counter; the next tile's Q and K/V load while this one finishes) instead
 // of one block per tile: always, unless FLASH_CUDA_FWD_PERSISTENT=0 (read once; A/B).
-// Measured (bench/RESULTS.md 2026-11-24, H100, 779816c): +0-6 % unmasked at S >= 4k,
-// +5-15 % causal at 4k, +13-25 % at 1k; equal within noise at 16k.
+// Measured against that (bench/RESULTS.md 2026-11-24, H100, 779816c, bf16, D 64-256):
+// unmasked +1-4 % at S = 4k, -5 to +4 % at 16k, +8-16 % at 1k; causal +5-8 % at 4k,
+// +1-4 % at 16k, +11-22 % at 1k.
 bool fwd_wgmma_persistent() {
   static const bool off = [] {
     const char* e = std::getenv("FLASH_CUDA_FWD_PERSISTENT");
@@ -107,18 +108,19 @@ bool fwd_wgmma_persistent() {
 }
 
 // K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
-// (fwd_work_tile's sections): a quarter of the L2, the rest left to the Q and O streams
-// and to the tiles of the next section starting while this one ends. (Half the L2, H100,
-// 2026-11-24: D 128 causal +5 % at S = 4k (8 pairs) but -4 % at 16k (3 pairs) against
-// one head after another; a quarter takes one head at 16k, D 128.)
+// (work_tile_order.cuh's sections): 1 / kFwdL2SectionShare of the L2, the rest left to
+// the Q and O streams and to the tiles of the next section starting while this one ends.
+// (Half the L2, H100, 2026-11-24: D 128 causal +5 % at S = 4k (12 pairs) but -4 % at 16k
+// (3 pairs) against one head after another; a quarter takes 6 pairs at 4k, one at 16k.)
 // FLASH_CUDA_FWD_L2_SECTIONS=0 takes one head after another instead (the order before
 // the sections, kept for A/B; read once).
+constexpr int kFwdL2SectionShare = 4;
 int64_t fwd_l2_section_bytes(int l2_bytes) {
   static const bool off = [] {
     const char* e = std::getenv("FLASH_CUDA_FWD_L2_SECTIONS");
     return e != nullptr && std::string(e) == "0";
   }();
-  return off ? 0 : l2_bytes / 4;
+  return off ? 0 : l2_bytes / kFwdL2SectionShare;
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {

@@ -505,10 +505,6 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   const int num_qblocks = (params.mask.seqlen_q + Dv::kBlockM - 1) / Dv::kBlockM;
   tp.num_qblocks = num_qblocks;
   tp.tile_counter = params.tile_counter;
-  // K/V bytes of one query head (the heads of a GQA group share theirs).
-  const int64_t kv_bytes_per_head = std::max<int64_t>(
-      1, static_cast<int64_t>(params.mask.seqlen_kv) * (params.head_dim + params.head_dim_v) *
-             static_cast<int64_t>(sizeof(T)) / params.group);
   // Sequences per launch: a grid's z is at most 65535 and tile numbers are ints.
   const int64_t tiles_per_seq = static_cast<int64_t>(num_qblocks) * params.heads_q;
   const int per_launch = static_cast<int>(
@@ -517,8 +513,9 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
     const int n = std::min(batch - b0, per_launch);
     tp.p.batch_offset = b0;
     tp.total_tiles = static_cast<int>(tiles_per_seq * n);
-    tp.section_pairs = static_cast<int>(std::clamp<int64_t>(
-        params.l2_section_bytes / kv_bytes_per_head, 1, static_cast<int64_t>(params.heads_q) * n));
+    tp.section_pairs = work_tile_section_pairs(
+        params.l2_section_bytes, params.mask.seqlen_kv, params.head_dim, params.head_dim_v,
+        static_cast<int>(sizeof(T)), params.group, static_cast<int64_t>(params.heads_q) * n);
     const dim3 grid = tp.tile_counter
                           ? dim3(std::min(tp.total_tiles, std::max(1, params.persistent_blocks)))
                           : dim3(num_qblocks, params.heads_q, n);

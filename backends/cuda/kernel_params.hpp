@@ -47,7 +47,7 @@ struct FwdParams {
   int* tile_counter;
   int persistent_blocks;
   // Causal / banded: K/V bytes the tiles in flight may share in L2 (the work-tile order,
-  // fwd_wgmma_kernel.cuh); 0 = one head after another.
+  // work_tile_order.cuh); 0 = one head after another.
   int64_t l2_section_bytes;
 };
 

@@ -4,6 +4,9 @@
 // checks on the host that every order is a permutation of the tiles.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 namespace flash::cuda {
 
 // Tile t of num_qblocks x pairs tiles, pair = head + heads_q · sequence.
@@ -28,6 +31,17 @@ __host__ __device__ inline WorkTileSlot work_tile_slot(int t, int num_qblocks, i
   // here · num_qblocks.
   const int here = section_pairs < pairs - first ? section_pairs : pairs - first;
   return {num_qblocks - 1 - within / here, first + within % here};
+}
+
+// Host: the pairs per section for a launch of `pairs` (head, sequence) pairs whose K/V
+// may share l2_section_bytes of L2 (0: one pair per section). The query heads of a GQA
+// group read one kv head's K/V, so a query head counts 1/group of it.
+inline int work_tile_section_pairs(int64_t l2_section_bytes, int64_t seqlen_kv, int head_dim,
+                                   int head_dim_v, int element_bytes, int group, int64_t pairs) {
+  const int64_t kv_bytes_per_head = std::max<int64_t>(
+      1, seqlen_kv * (head_dim + head_dim_v) * element_bytes / std::max(1, group));
+  return static_cast<int>(
+      std::clamp<int64_t>(l2_section_bytes / kv_bytes_per_head, 1, std::max<int64_t>(1, pairs)));
 }
 
 }  // namespace flash::cuda

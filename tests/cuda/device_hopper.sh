@@ -80,8 +80,9 @@ if has sass; then
 fi
 # Forward A/B, alternating: "new" (this tree), "old" (build-old, if built), "mma"
 # (this tree with FLASH_CUDA_FWD=mma), "persistent" / "grid" (this tree with
-# FLASH_CUDA_FWD_PERSISTENT=1 / 0), "headorder" (this tree with FLASH_CUDA_FWD_L2_SECTIONS=0),
-# "persistent-headorder" (both).
+# FLASH_CUDA_FWD_PERSISTENT=1 / 0; since 179e7a8 the persistent grid is the default for
+# every mask and =1 changes nothing), "headorder" (this tree with
+# FLASH_CUDA_FWD_L2_SECTIONS=0), "persistent-headorder" (both).
 if has ab; then
   for round in $(seq ${ROUNDS:-2}); do
     for v in ${AB:-new mma}; do

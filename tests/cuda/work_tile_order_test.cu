@@ -1,7 +1,8 @@
 // ctest cuda_work_tile_order (host only, no GPU): every order work_tile_slot gives is a
-// permutation of the tiles, and causal / banded orders start the longest query blocks
-// of each L2 section first. The device suite runs small problems, whose pairs all fit
-// one section: the multi-section orders (and a short last section) are checked here.
+// permutation of the tiles, causal / banded orders start the longest query blocks of
+// each L2 section first, and work_tile_section_pairs sizes the sections. The device
+// suite runs small problems, whose pairs all fit one section: the multi-section orders
+// (and a short last section) are checked here.
 #include <cstdio>
 #include <vector>
 
@@ -11,11 +12,19 @@ namespace {
 
 int failures = 0;
 
-void expect(bool ok, const char* what, int qblocks, int pairs, bool bounded, int section, int t) {
+// index: the tile number, or the (pair, query block) slot for "each tile exactly once".
+void expect(bool ok, const char* what, int qblocks, int pairs, bool bounded, int section,
+            int index) {
   if (ok) return;
   if (++failures <= 10)
-    std::printf("FAIL %s: qblocks %d pairs %d bounded %d section_pairs %d tile %d\n", what, qblocks,
-                pairs, bounded, section, t);
+    std::printf("FAIL %s: qblocks %d pairs %d bounded %d section_pairs %d index %d\n", what,
+                qblocks, pairs, bounded, section, index);
+}
+
+void expect_pairs(int got, int want, const char* what) {
+  if (got == want) return;
+  ++failures;
+  std::printf("FAIL section pairs, %s: got %d, want %d\n", what, got, want);
 }
 
 void check(int qblocks, int pairs, bool bounded, int section) {
@@ -55,10 +64,24 @@ int main() {
   for (int qblocks : {1, 2, 3, 7, 32, 129})
     for (int pairs : {1, 2, 3, 5, 16, 33, 64})
       for (int section = 1; section <= pairs; section += section < 4 ? 1 : 3) {
-        check(qblocks, pairs, true, section);
-        check(qblocks, pairs, false, section);
-        cases += 2;
+        for (int s : {section, pairs}) {  // every sweep ends with one section of all pairs
+          check(qblocks, pairs, true, s);
+          check(qblocks, pairs, false, s);
+          cases += 2;
+        }
       }
+  // Sections: 50 MiB L2 / 4 at D 128, bf16: 4k keys (2 MiB of K/V a head) -> 6 pairs,
+  // 16k (8 MiB) -> 1; GQA group 4 reads a quarter per query head; no budget, or less
+  // than one head, -> 1; never more than the launch's pairs.
+  using flash::cuda::work_tile_section_pairs;
+  const int64_t quarter_l2 = 50ll * 1024 * 1024 / 4;
+  expect_pairs(work_tile_section_pairs(quarter_l2, 4096, 128, 128, 2, 1, 64), 6, "4k D128");
+  expect_pairs(work_tile_section_pairs(quarter_l2, 16384, 128, 128, 2, 1, 16), 1, "16k D128");
+  expect_pairs(work_tile_section_pairs(quarter_l2, 4096, 128, 128, 2, 4, 64), 25, "GQA 4");
+  expect_pairs(work_tile_section_pairs(0, 4096, 128, 128, 2, 1, 64), 1, "no budget");
+  expect_pairs(work_tile_section_pairs(1000, 4096, 128, 128, 2, 1, 64), 1, "under one head");
+  expect_pairs(work_tile_section_pairs(quarter_l2, 1, 64, 64, 2, 1, 5), 5, "all pairs");
+  expect_pairs(work_tile_section_pairs(quarter_l2, 0, 64, 64, 2, 1, 5), 5, "no keys");
   std::printf("%d orders checked, %d failures\n", cases, failures);
   return failures == 0 ? 0 : 1;
 }
