@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,16 +90,15 @@ struct KvRows {
 // policies on a new machine).
 enum class DecodePrefetch { kL1Near, kL2Far, kNone };
 inline DecodePrefetch DecodePrefetchPolicy(size_t element_bytes) {
-  // -1: not forced.
-  static const int forced = [] {
+  static const std::optional<DecodePrefetch> forced = []() -> std::optional<DecodePrefetch> {
     const char* e = std::getenv("FLASH_CPU_DECODE_PREFETCH");
     const std::string v = e != nullptr ? e : "";
-    if (v == "l1") return static_cast<int>(DecodePrefetch::kL1Near);
-    if (v == "l2") return static_cast<int>(DecodePrefetch::kL2Far);
-    if (v == "none") return static_cast<int>(DecodePrefetch::kNone);
-    return -1;
+    if (v == "l1") return DecodePrefetch::kL1Near;
+    if (v == "l2") return DecodePrefetch::kL2Far;
+    if (v == "none") return DecodePrefetch::kNone;
+    return std::nullopt;
   }();
-  if (forced >= 0) return static_cast<DecodePrefetch>(forced);
+  if (forced) return *forced;
   static const bool amd = __builtin_cpu_is("amd");
   if (amd) return DecodePrefetch::kL2Far;
   return element_bytes >= 4 ? DecodePrefetch::kNone : DecodePrefetch::kL1Near;

@@ -43,6 +43,13 @@ bool supported_head_dim(int64_t d) {
   return d >= kHeadDimStep && d <= kMaxHeadDim && d % kHeadDimStep == 0;
 }
 
+// Whether environment variable `name` is set to exactly `value` (the A/B switches below;
+// each caller reads it once into a static).
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, value) == 0;
+}
+
 // FLASH_CHECK=1: copy device sequence arrays to the host and validate them before a
 // launch (synchronises; for debugging engines that build the arrays on the device).
 bool flash_check_enabled() {
@@ -80,10 +87,7 @@ std::string padding_note(const flash_problem& p) {
 // map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 #ifdef FLASHATTN_CUDA_SM90A
-  static const bool forced_mma = [] {
-    const char* e = std::getenv("FLASH_CUDA_FWD");
-    return e != nullptr && std::string(e) == "mma";
-  }();
+  static const bool forced_mma = env_is("FLASH_CUDA_FWD", "mma");
   const int dim = tile_dim(p);
   return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
          cc_minor == 0 && !p.cu_seqlens_q && !p.cu_seqlens_kv && p.seqlen_kv > 0 && !forced_mma;
@@ -100,10 +104,7 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 // unmasked +1-4 % at S = 4k, -5 to +4 % at 16k, +8-16 % at 1k; causal +5-8 % at 4k,
 // +1-4 % at 16k, +11-22 % at 1k.
 bool fwd_wgmma_persistent() {
-  static const bool off = [] {
-    const char* e = std::getenv("FLASH_CUDA_FWD_PERSISTENT");
-    return e != nullptr && std::string(e) == "0";
-  }();
+  static const bool off = env_is("FLASH_CUDA_FWD_PERSISTENT", "0");
   return !off;
 }
 
@@ -116,10 +117,7 @@ bool fwd_wgmma_persistent() {
 // the sections, kept for A/B; read once).
 constexpr int kFwdL2SectionShare = 4;
 int64_t fwd_l2_section_bytes(int l2_bytes) {
-  static const bool off = [] {
-    const char* e = std::getenv("FLASH_CUDA_FWD_L2_SECTIONS");
-    return e != nullptr && std::string(e) == "0";
-  }();
+  static const bool off = env_is("FLASH_CUDA_FWD_L2_SECTIONS", "0");
   return off ? 0 : l2_bytes / kFwdL2SectionShare;
 }
 
