@@ -2,7 +2,7 @@
 # One device call for the cuda backward: build everything (cpu off), the cross-backend
 # suite's backward cases on cuda, determinism + finite differences, compute-sanitizer,
 # timing beside torch SDPA. Logs in $OUT (or ./out). Steps from $STEPS.
-#   STEPS="build suite check sanitize bench ncu torch" bash tests/cuda/device_bwd.sh
+#   STEPS="build suite check sanitize bench ab ncu torch" bash tests/cuda/device_bwd.sh
 #   STEPS=variants VARIANTS="a:-DFLASH_BWD_KV_TUNE_64=8,1,64;b:..." bash tests/cuda/device_bwd.sh
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -44,6 +44,21 @@ fi
 if has bench; then
   $T/cuda_backward_bench "$MOD" --dims ${DIMS:-64 128} --atomic \
     --seqlens ${SEQLENS:-1024 2048 4096 8192 16384} 2>&1 | tee "$OUT/bench.log"
+fi
+# ab: this tree against an older one (build-old: device_hopper.sh's abbuild with AB=old
+# and the snapshot in .carry/old), alternating ROUNDS times; rows "new" / "old" (and
+# "-atomic"), same columns as bench.
+if has ab; then
+  OLD=$(find build-old -name libflashattn_cuda.so 2>/dev/null | head -1)
+  for round in $(seq ${ROUNDS:-2}); do
+    for v in new old; do
+      m=$MOD; [ $v = old ] && m=$OLD
+      [ -n "$m" ] || continue
+      $T/cuda_backward_bench "$m" --dims ${DIMS:-64 128} --atomic \
+        --seqlens ${SEQLENS:-2048 8192 16384} 2>&1 | sed "s/^ours/$v/" | tee -a "$OUT/ab.log" |
+        grep -E "^$v" | tr -s ' ' | cut -d' ' -f1,4-7,9
+    done
+  done
 fi
 if has f32; then  # the f32 path beside torch's f32 backends (small: SIMT FMA is slow)
   $T/cuda_backward_bench "$MOD" --dtype f32 --dims 64 128 --seqlens 1024 --iters 3 2>&1 |
