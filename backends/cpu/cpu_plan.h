@@ -8,8 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "dispatch/env_switch.hpp"
 #include "dispatch/module_abi.h"
 #include "hwy/aligned_allocator.h"
 
@@ -96,16 +98,12 @@ struct Plan {
   // does not depend on the thread count, so neither do the results (tile grouping
   // decides which tiles take the masked path and where windowed K/V tiles start).
   // Larger values give short sequences more, smaller items (better balance over many
-  // threads, more K/V packing per row): FLASH_CPU_MIN_ITEMS sets it for the whole
-  // process, for tuning measurements (tests/cpu/device_cpu.sh "items" step).
+  // threads, more K/V packing per row): FLASH_CPU_MIN_ITEMS (a positive integer, read on
+  // every call) sets it, for tuning measurements (tests/cpu/device_cpu.sh "items" step).
   static constexpr int64_t kMinItems = 32;
   static int64_t MinItems() {
-    static const int64_t n = [] {
-      const char* env = std::getenv("FLASH_CPU_MIN_ITEMS");
-      const long long v = env ? std::atoll(env) : 0;
-      return v > 0 ? static_cast<int64_t>(v) : kMinItems;
-    }();
-    return n;
+    const long long v = flash::detail::env_positive_int("FLASH_CPU_MIN_ITEMS");
+    return v > 0 ? static_cast<int64_t>(v) : kMinItems;
   }
 
   // max_passes: forward rows per item in units of tiles.rows; max_kv_blocks: K/V blocks
@@ -150,12 +148,8 @@ struct Plan {
   // tests/cpu/device_cpu.sh "items" step).
   std::vector<int64_t> q_order, kv_order;  // block indices, costliest first; empty: head-major
   static constexpr int64_t kHeadMajorItemsPerThread = 8;
-  static bool CostOrderEnabled() {
-    static const bool enabled = [] {
-      const char* env = std::getenv("FLASH_CPU_COST_ORDER");
-      return env == nullptr || std::atoi(env) != 0;
-    }();
-    return enabled;
+  static bool CostOrderEnabled() {  // FLASH_CPU_COST_ORDER=0 / 1, read on every call
+    return flash::detail::env_switch("FLASH_CPU_COST_ORDER", {"0", "1"}) != "0";
   }
 
   void OrderForThreads(int64_t threads) {
@@ -261,12 +255,11 @@ struct FusedBackward {
   }
 
   // FLASH_CPU_BWD_FUSED: "0" always runs the two passes, "1" the fused backward wherever
-  // its dQ accumulator fits (whatever the thread count); unset or anything else: Pays().
-  // Read on every call, so tests and A/B timings can switch it with setenv.
+  // its dQ accumulator fits (whatever the thread count); unset: Pays(); anything else is
+  // an error. Read on every call, so tests and A/B timings can switch it with setenv.
   static int Forced() {
-    const char* env = std::getenv("FLASH_CPU_BWD_FUSED");
-    if (env == nullptr || (env[0] != '0' && env[0] != '1') || env[1] != '\0') return -1;
-    return env[0] - '0';
+    const std::string v = flash::detail::env_switch("FLASH_CPU_BWD_FUSED", {"0", "1"});
+    return v.empty() ? -1 : v[0] - '0';
   }
 
   // Cost model: item costs (any unit, e.g. q rows x keys x group heads) of the fused

@@ -19,11 +19,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_plan.h"
+#include "dispatch/env_switch.hpp"
 #include "dispatch/sequence_arrays.hpp"
 
 namespace flash::cpu {
@@ -86,19 +86,15 @@ struct KvRows {
 // lines for the same arithmetic, so its hints hold more line-fill buffers per unit of
 // compute, and the hardware prefetchers already follow an item's [key, heads, dim]
 // rows.) AMD (dev machine): towards L2 two blocks ahead.
-// FLASH_CPU_DECODE_PREFETCH=l1 / l2 / none forces one (read once; for measuring the
-// policies on a new machine).
+// FLASH_CPU_DECODE_PREFETCH=l1 / l2 / none forces one (for measuring the policies on a
+// new machine; read on every call, another value is an error).
 enum class DecodePrefetch { kL1Near, kL2Far, kNone };
 inline DecodePrefetch DecodePrefetchPolicy(size_t element_bytes) {
-  static const std::optional<DecodePrefetch> forced = []() -> std::optional<DecodePrefetch> {
-    const char* e = std::getenv("FLASH_CPU_DECODE_PREFETCH");
-    const std::string v = e != nullptr ? e : "";
-    if (v == "l1") return DecodePrefetch::kL1Near;
-    if (v == "l2") return DecodePrefetch::kL2Far;
-    if (v == "none") return DecodePrefetch::kNone;
-    return std::nullopt;
-  }();
-  if (forced) return *forced;
+  const std::string forced =
+      flash::detail::env_switch("FLASH_CPU_DECODE_PREFETCH", {"l1", "l2", "none"});
+  if (forced == "l1") return DecodePrefetch::kL1Near;
+  if (forced == "l2") return DecodePrefetch::kL2Far;
+  if (forced == "none") return DecodePrefetch::kNone;
   static const bool amd = __builtin_cpu_is("amd");
   if (amd) return DecodePrefetch::kL2Far;
   return element_bytes >= 4 ? DecodePrefetch::kNone : DecodePrefetch::kL1Near;

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "dispatch/env_switch.hpp"
+
 namespace flash::cuda {
 
 // dK/dV kernel (f16/bf16): kBlockKV = 16 * kWarps * kMTiles key rows; the block walks
@@ -185,16 +187,13 @@ struct BwdWgmmaLayout {
 
 // The wgmma kernel runs where its sm_90a code exists: compute capability 9.0 and a build
 // with the 90a target (FLASHATTN_CUDA_SM90A). FLASH_CUDA_BWD=mma forces the mma.sync kernel
-// (to test the path other GPUs take).
+// (to test the path other GPUs take; =wgmma or unset: the default; checked in every build).
 inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
+  const bool forced_mma = flash::detail::env_switch("FLASH_CUDA_BWD", {"mma", "wgmma"}) == "mma";
 #ifdef FLASHATTN_CUDA_SM90A
-  static const bool forced_mma = [] {
-    const char* e = std::getenv("FLASH_CUDA_BWD");
-    return e != nullptr && std::string(e) == "mma";
-  }();
   return !is_f32 && (dim == 64 || dim == 128) && cc_major == 9 && cc_minor == 0 && !forced_mma;
 #else
-  (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor;
+  (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor, (void)forced_mma;
   return false;
 #endif
 }

@@ -20,6 +20,7 @@
 #include "decode_mma_kernel.cuh"
 #include "device_buffers.hpp"
 #include "dispatch/backend_adapter.hpp"
+#include "dispatch/env_switch.hpp"
 #include "dispatch/sequence_arrays.hpp"
 #include "host_staging.hpp"
 #include "kernel_params.hpp"
@@ -41,13 +42,6 @@ constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // kernels index rows with int
 
 bool supported_head_dim(int64_t d) {
   return d >= kHeadDimStep && d <= kMaxHeadDim && d % kHeadDimStep == 0;
-}
-
-// Whether environment variable `name` is set to exactly `value` (the A/B switches below;
-// each caller reads it once into a static).
-bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::strcmp(e, value) == 0;
 }
 
 // FLASH_CHECK=1: copy device sequence arrays to the host and validate them before a
@@ -86,26 +80,25 @@ std::string padding_note(const flash_problem& p) {
 // the host) and problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
 // map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
+  const bool forced_mma = flash::detail::env_switch("FLASH_CUDA_FWD", {"mma", "wgmma"}) == "mma";
 #ifdef FLASHATTN_CUDA_SM90A
-  static const bool forced_mma = env_is("FLASH_CUDA_FWD", "mma");
   const int dim = tile_dim(p);
   return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
          cc_minor == 0 && !p.cu_seqlens_q && !p.cu_seqlens_kv && p.seqlen_kv > 0 && !forced_mma;
 #else
-  (void)p, (void)cc_major, (void)cc_minor;
+  (void)p, (void)cc_major, (void)cc_minor, (void)forced_mma;
   return false;
 #endif
 }
 
 // Whether the Hopper forward runs on its persistent grid (one block per SM taking work
 // tiles from a counter; the next tile's Q and K/V load while this one finishes) instead
-// of one block per tile: always, unless FLASH_CUDA_FWD_PERSISTENT=0 (read once; A/B).
+// of one block per tile: always, unless FLASH_CUDA_FWD_PERSISTENT=0 (A/B).
 // Measured against that (bench/RESULTS.md 2026-11-24, H100, 779816c, bf16, D 64-256):
 // unmasked +1-4 % at S = 4k, -5 to +4 % at 16k, +8-16 % at 1k; causal +5-8 % at 4k,
 // +1-4 % at 16k, +11-22 % at 1k.
 bool fwd_wgmma_persistent() {
-  static const bool off = env_is("FLASH_CUDA_FWD_PERSISTENT", "0");
-  return !off;
+  return flash::detail::env_switch("FLASH_CUDA_FWD_PERSISTENT", {"0", "1"}) != "0";
 }
 
 // K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
@@ -114,10 +107,10 @@ bool fwd_wgmma_persistent() {
 // (Half the L2, H100, 2026-11-24: D 128 causal +5 % at S = 4k (12 pairs) but -4 % at 16k
 // (3 pairs) against one head after another; a quarter takes 6 pairs at 4k, one at 16k.)
 // FLASH_CUDA_FWD_L2_SECTIONS=0 takes one head after another instead (the order before
-// the sections, kept for A/B; read once).
+// the sections, kept for A/B).
 constexpr int kFwdL2SectionShare = 4;
 int64_t fwd_l2_section_bytes(int l2_bytes) {
-  static const bool off = env_is("FLASH_CUDA_FWD_L2_SECTIONS", "0");
+  const bool off = flash::detail::env_switch("FLASH_CUDA_FWD_L2_SECTIONS", {"0", "1"}) == "0";
   return off ? 0 : l2_bytes / kFwdL2SectionShare;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dispatch/backend_adapter.hpp"
+#include "dispatch/env_switch.hpp"
 #include "dispatch/sequence_arrays.hpp"
 #include "kernels.h"
 #include "mfma_tiles.h"
@@ -108,10 +109,10 @@ Device current_device() {
 }
 
 #if FLASHATTN_HIP_MFMA
-// FLASH_HIP_KERNEL=portable forces the portable path on CDNA (to compare the two).
+// FLASH_HIP_KERNEL=portable forces the portable path on CDNA (to compare the two; =mfma
+// or unset: the default).
 bool portable_forced() {
-  const char* v = std::getenv("FLASH_HIP_KERNEL");
-  return v != nullptr && std::strcmp(v, "portable") == 0;
+  return flash::detail::env_switch("FLASH_HIP_KERNEL", {"portable", "mfma"}) == "portable";
 }
 #endif
 

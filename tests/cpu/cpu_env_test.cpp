@@ -1,0 +1,98 @@
+// The cpu backend's switch environment variables (dispatch/env_switch.hpp): a value
+// outside the allowed set fails the call with a message naming the variable and the
+// value (an A/B run with a typo must not silently measure the default), and every allowed
+// value runs. Each is read on every call, so the tests switch them with setenv.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cpu_test_util.h"
+
+namespace flash::cpu::test {
+namespace {
+
+enum class Call { forward, backward };
+
+struct Knob {
+  const char* name;
+  Call call;
+  Case problem;
+  std::vector<const char*> allowed;
+};
+
+Case Decode() {  // one query token, GQA 4:1, long enough for key chunks: the decode path
+  Case c;
+  c.hq = 8;
+  c.hk = 2;
+  c.d = 64;
+  c.sq = 1;
+  c.sk = 3000;
+  return c;
+}
+
+Case Prefill() {  // several query blocks per head: the item planner and cost order
+  Case c;
+  c.hq = 2;
+  c.hk = 2;
+  c.d = 32;
+  c.sq = 300;
+  c.sk = 300;
+  c.causal = true;
+  return c;
+}
+
+std::vector<Knob> Knobs() {
+  return {{"FLASH_CPU_DECODE_PREFETCH", Call::forward, Decode(), {"l1", "l2", "none"}},
+          {"FLASH_CPU_BWD_FUSED", Call::backward, Prefill(), {"0", "1"}},
+          {"FLASH_CPU_COST_ORDER", Call::forward, Prefill(), {"0", "1"}},
+          {"FLASH_CPU_MIN_ITEMS", Call::forward, Prefill(), {"1", "64"}}};
+}
+
+void PrintTo(const Knob& k, std::ostream* os) { *os << k.name; }
+
+int RunCall(const Knob& k, std::string* error) {
+  Problem pr(k.problem);
+  return k.call == Call::forward ? pr.Forward(error) : pr.Backward(error);
+}
+
+class CpuEnvSwitch : public ::testing::TestWithParam<Knob> {
+ protected:
+  void TearDown() override { unsetenv(GetParam().name); }
+};
+
+TEST_P(CpuEnvSwitch, UnknownValueIsAnErrorNamingIt) {
+  const Knob& k = GetParam();
+  for (const char* bad : {"bogus", "2x", "-1"}) {
+    setenv(k.name, bad, 1);
+    std::string error;
+    EXPECT_NE(RunCall(k, &error), FLASH_OK) << k.name << "=" << bad << " ran";
+    EXPECT_NE(error.find(k.name), std::string::npos) << error;
+    EXPECT_NE(error.find(std::string("'") + bad + "'"), std::string::npos) << error;
+    EXPECT_NE(error.find("allowed"), std::string::npos) << error;
+  }
+}
+
+TEST_P(CpuEnvSwitch, AllowedValuesAndUnsetRun) {
+  const Knob& k = GetParam();
+  for (const char* good : k.allowed) {
+    setenv(k.name, good, 1);
+    std::string error;
+    EXPECT_EQ(RunCall(k, &error), FLASH_OK) << k.name << "=" << good << ": " << error;
+  }
+  unsetenv(k.name);
+  std::string error;
+  EXPECT_EQ(RunCall(k, &error), FLASH_OK) << error;
+  setenv(k.name, "", 1);  // empty counts as unset
+  EXPECT_EQ(RunCall(k, &error), FLASH_OK) << error;
+}
+
+INSTANTIATE_TEST_SUITE_P(Knobs, CpuEnvSwitch, ::testing::ValuesIn(Knobs()),
+                         [](const ::testing::TestParamInfo<Knob>& i) {
+                           return std::string(i.param.name);
+                         });
+
+}  // namespace
+}  // namespace flash::cpu::test
