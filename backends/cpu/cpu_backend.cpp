@@ -310,8 +310,9 @@ struct CpuBackend {
                                      const std::vector<CallArgs>& args, int max_kv_blocks) {
     std::vector<Plan> plans;
     plans.reserve(calls.size());
+    const int64_t min_items = Plan::MinItems();  // one environment read per call
     for (size_t s = 0; s < calls.size(); ++s)
-      plans.push_back(Plan::Make(args[s], t.tiles, Plan::kMaxPasses, max_kv_blocks));
+      plans.push_back(Plan::Make(args[s], t.tiles, Plan::kMaxPasses, max_kv_blocks, min_items));
     return plans;
   }
 

@@ -107,10 +107,12 @@ struct Plan {
   }
 
   // max_passes: forward rows per item in units of tiles.rows; max_kv_blocks: K/V blocks
-  // per dK/dV item.
+  // per dK/dV item; min_items: MinItems() (read here when negative; callers that plan
+  // many sequences read it once).
   static Plan Make(const CallArgs& a, const TargetTiles& t, int max_passes = 1,
-                   int max_kv_blocks = 1) {
+                   int max_kv_blocks = 1, int64_t min_items = -1) {
     const flash_problem& p = *a.p;
+    if (min_items < 0) min_items = MinItems();
     Plan plan{
         a,  t, MaskRule::From(p), p.heads_q / p.heads_kv, 0, 0, 0, 0, 0, 1, p.batch * p.heads_kv,
         {}, {}};
@@ -118,7 +120,7 @@ struct Plan {
       const int64_t rows = static_cast<int64_t>(t.rows) * passes;
       plan.rows_per_head = std::max<int64_t>(1, std::min<int64_t>(rows / plan.group, p.seqlen_q));
       plan.q_blocks = (p.seqlen_q + plan.rows_per_head - 1) / plan.rows_per_head;
-      if (plan.q_items() >= MinItems()) break;
+      if (plan.q_items() >= min_items) break;
     }
     const int64_t stacked = plan.group * plan.rows_per_head;
     const int64_t align = static_cast<int64_t>(t.row_align);
@@ -128,7 +130,7 @@ struct Plan {
     for (int n = max_kv_blocks; n >= 1; n /= 2) {
       plan.kv_per_item = n;
       plan.kv_groups = (plan.kv_blocks + n - 1) / n;
-      if (plan.kv_items() >= MinItems()) break;
+      if (plan.kv_items() >= min_items) break;
     }
     return plan;
   }
