@@ -32,9 +32,15 @@ inline std::string env_switch(const char* name, std::initializer_list<const char
 inline long long env_positive_int(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(value, &end, 10);
-  if (*end != '\0' || v <= 0)
+  // Digits only (no sign, no spaces), at most 9 of them: no overflow to think about.
+  long long v = 0;
+  const size_t n = std::strlen(value);
+  bool digits = n <= 9;
+  for (size_t i = 0; digits && i < n; ++i) {
+    digits = value[i] >= '0' && value[i] <= '9';
+    v = v * 10 + (value[i] - '0');
+  }
+  if (!digits || v <= 0)
     throw Error(std::string("flash: ") + name + " = '" + value +
                 "' is invalid; allowed: a positive integer (or unset for the default)");
   return v;

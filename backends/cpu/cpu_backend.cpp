@@ -92,12 +92,23 @@ struct CpuBackend {
 
   static bool owns_pointer(const void*) { return false; }  // host memory only
 
+  // Every switch environment variable checked on every call, whichever path the call
+  // takes (a bad value fails even where its knob does not apply, before any work).
+  static void ValidateSwitches() {
+    (void)DecodePrefetchPolicy(sizeof(float));
+    (void)FusedBackward::Forced();
+    (void)Plan::CostOrderEnabled();
+    (void)Plan::MinItems();
+  }
+
   static flash::detail::Choice choose(const flash_problem& p, int direction) {
+    ValidateSwitches();
     return flash::detail::Choice::run(Decide(p, direction, SelectTarget()).kernel);
   }
 
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
+    ValidateSwitches();
     const TargetKernels& selected = SelectTarget();
     const Decision decision = Decide(p, FLASH_FORWARD, selected);
     if (decision.path == Path::kDecode) return DecodeForward(selected, p, q, k, v, o);
@@ -115,6 +126,7 @@ struct CpuBackend {
   static void backward(const flash_problem& p, const void* q, const void* k, const void* v,
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
+    ValidateSwitches();
     const TargetKernels& selected = SelectTarget();
     // The bf16 backwards (vdpbf16ps, AMX tiles) share the avx512 target's Plan: only the
     // dK/dV and dQ item functions differ.
@@ -307,10 +319,10 @@ struct CpuBackend {
   // Per-sequence plans over one item space (cpu_sequences.h). max_kv_blocks as in
   // Plan::Make; calls with no query rows get no plan.
   static std::vector<Plan> MakePlans(const TargetKernels& t, std::vector<SequenceCall>& calls,
-                                     const std::vector<CallArgs>& args, int max_kv_blocks) {
+                                     const std::vector<CallArgs>& args, int max_kv_blocks,
+                                     int64_t min_items) {
     std::vector<Plan> plans;
     plans.reserve(calls.size());
-    const int64_t min_items = Plan::MinItems();  // one environment read per call
     for (size_t s = 0; s < calls.size(); ++s)
       plans.push_back(Plan::Make(args[s], t.tiles, Plan::kMaxPasses, max_kv_blocks, min_items));
     return plans;
@@ -325,6 +337,7 @@ struct CpuBackend {
     const bool packed_lse = p.lse && p.cu_seqlens_q;
     std::vector<float> lse_scratch(
         packed_lse ? static_cast<size_t>(p.heads_q * p.cu_seqlens_q[p.batch]) : 0);
+    const int64_t min_items = Plan::MinItems();  // one environment read per call
     for (SequenceCall& c : calls)
       c.p.lse = !p.lse       ? nullptr
                 : packed_lse ? lse_scratch.data() + c.lse_offset
@@ -335,7 +348,7 @@ struct CpuBackend {
       for (SequenceCall& c : group)
         args.push_back(CallArgs{&c.p, c.q, c.k, c.v, c.o, c.o, nullptr, nullptr, nullptr, nullptr,
                                 nullptr, nullptr});
-      const std::vector<Plan> plans = MakePlans(t, group, args, 1);
+      const std::vector<Plan> plans = MakePlans(t, group, args, 1, min_items);
       const ItemSpace items(plans.size(), [&](size_t s) {
         return group[s].p.seqlen_q > 0 ? plans[s].q_items() : int64_t{0};
       });
@@ -390,7 +403,7 @@ struct CpuBackend {
                               lse_scratch.data() + c.lse_offset, c.dq, c.dk, c.dv,
                               delta.data() + c.lse_offset});
     }
-    const std::vector<Plan> plans = MakePlans(t, calls, args, Plan::kMaxPasses);
+    const std::vector<Plan> plans = MakePlans(t, calls, args, Plan::kMaxPasses, Plan::MinItems());
     const auto pass = [&](auto count, auto item_fn) {
       const ItemSpace items(plans.size(), [&](size_t s) {
         return calls[s].p.seqlen_q > 0 ? count(plans[s], calls[s].p) : int64_t{0};

@@ -188,8 +188,11 @@ struct BwdWgmmaLayout {
 // The wgmma kernel runs where its sm_90a code exists: compute capability 9.0 and a build
 // with the 90a target (FLASHATTN_CUDA_SM90A). FLASH_CUDA_BWD=mma forces the mma.sync kernel
 // (to test the path other GPUs take; =wgmma or unset: the default; checked in every build).
+inline bool bwd_forced_mma() {
+  return flash::detail::env_switch("FLASH_CUDA_BWD", {"mma", "wgmma"}) == "mma";
+}
 inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
-  const bool forced_mma = flash::detail::env_switch("FLASH_CUDA_BWD", {"mma", "wgmma"}) == "mma";
+  const bool forced_mma = bwd_forced_mma();
 #ifdef FLASHATTN_CUDA_SM90A
   return !is_f32 && (dim == 64 || dim == 128) && cc_major == 9 && cc_minor == 0 && !forced_mma;
 #else

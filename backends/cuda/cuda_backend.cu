@@ -79,8 +79,11 @@ std::string padding_note(const flash_problem& p) {
 // (packed batches: their total row count, which the tensor maps need, is not known on
 // the host) and problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
 // map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
+bool fwd_forced_mma() {
+  return flash::detail::env_switch("FLASH_CUDA_FWD", {"mma", "wgmma"}) == "mma";
+}
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
-  const bool forced_mma = flash::detail::env_switch("FLASH_CUDA_FWD", {"mma", "wgmma"}) == "mma";
+  const bool forced_mma = fwd_forced_mma();
 #ifdef FLASHATTN_CUDA_SM90A
   const int dim = tile_dim(p);
   return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
@@ -112,6 +115,16 @@ constexpr int kFwdL2SectionShare = 4;
 int64_t fwd_l2_section_bytes(int l2_bytes) {
   const bool off = flash::detail::env_switch("FLASH_CUDA_FWD_L2_SECTIONS", {"0", "1"}) == "0";
   return off ? 0 : l2_bytes / kFwdL2SectionShare;
+}
+
+// Every switch environment variable checked on every call (choose() runs first in
+// forward / backward / merge), whichever kernel the call takes: a bad value fails even
+// where its knob does not apply, and before any work is queued.
+void validate_switches() {
+  (void)fwd_forced_mma();
+  (void)bwd_forced_mma();
+  (void)fwd_wgmma_persistent();
+  (void)fwd_l2_section_bytes(0);
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -420,6 +433,7 @@ struct CudaBackend {
 
   static flash::detail::Choice choose(const flash_problem& p, int direction) {
     using flash::detail::Choice;
+    validate_switches();
     if (p.dtype != FLASH_F32 && p.dtype != FLASH_F16 && p.dtype != FLASH_BF16)
       return Choice::decline("cuda backend: unknown dtype " + std::to_string(p.dtype));
     if (direction == FLASH_MERGE) {

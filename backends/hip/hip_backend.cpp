@@ -124,6 +124,8 @@ struct Plan {
 
 // The one decision: which kernel runs this problem, or why none can.
 Choice decide(const flash_problem& p, int direction, Plan* plan) {
+  // FLASH_HIP_KERNEL checked on every call, also where the MFMA path does not apply.
+  (void)flash::detail::env_switch("FLASH_HIP_KERNEL", {"portable", "mfma"});
   const Device dev = current_device();
   if (!dev.ok) return Choice::decline(dev.reason);
   if (direction == FLASH_MERGE) {

@@ -63,15 +63,27 @@ class CpuEnvSwitch : public ::testing::TestWithParam<Knob> {
   void TearDown() override { unsetenv(GetParam().name); }
 };
 
+// On every path, also where the knob does not apply (a decode forward for the backward's
+// knob, ...): the value is checked before any work.
 TEST_P(CpuEnvSwitch, UnknownValueIsAnErrorNamingIt) {
   const Knob& k = GetParam();
-  for (const char* bad : {"bogus", "2x", "-1"}) {
+  const std::vector<Knob> paths = {{k.name, Call::forward, Decode(), {}},
+                                   {k.name, Call::forward, Prefill(), {}},
+                                   {k.name, Call::backward, Prefill(), {}}};
+  for (const char* bad : {"bogus", "2x", "-1", " 1", "+1"}) {
     setenv(k.name, bad, 1);
-    std::string error;
-    EXPECT_NE(RunCall(k, &error), FLASH_OK) << k.name << "=" << bad << " ran";
-    EXPECT_NE(error.find(k.name), std::string::npos) << error;
-    EXPECT_NE(error.find(std::string("'") + bad + "'"), std::string::npos) << error;
-    EXPECT_NE(error.find("allowed"), std::string::npos) << error;
+    for (const Knob& path : paths) {
+      std::string error;
+      EXPECT_NE(RunCall(path, &error), FLASH_OK) << k.name << "=" << bad << " ran";
+      EXPECT_NE(error.find(k.name), std::string::npos) << error;
+      EXPECT_NE(error.find(std::string("'") + bad + "'"), std::string::npos) << error;
+      EXPECT_NE(error.find("allowed"), std::string::npos) << error;
+    }
+    Problem pr(k.problem);  // choose() raises it too
+    flash_message reason{};
+    EXPECT_EQ(flash_cpu_module()->choose(&pr.p, FLASH_FORWARD, &reason), FLASH_INVALID_ARGUMENT)
+        << reason.text;
+    EXPECT_NE(std::string(reason.text).find(k.name), std::string::npos) << reason.text;
   }
 }
 
