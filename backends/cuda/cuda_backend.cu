@@ -74,14 +74,18 @@ std::string padding_note(const flash_problem& p) {
   return " (" + dims + " on the " + std::to_string(dim) + "-wide tile, columns past it zero)";
 }
 
+// FLASH_CUDA_FWD=mma: the mma.sync forward even where the Hopper one could run (=wgmma or
+// unset: the default).
+bool fwd_forced_mma() {
+  return flash::detail::env_switch("FLASH_CUDA_FWD", {"mma", "wgmma"}) == "mma";
+}
+
 // The Hopper forward (fwd_wgmma_kernel.cuh): sm_90a code built, a compute capability
 // 9.0 device, f16/bf16 on a 64-, 128- or 256-wide tile, dense batches or cache lengths
 // (packed batches: their total row count, which the tensor maps need, is not known on
 // the host) and problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
-// map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs).
-bool fwd_forced_mma() {
-  return flash::detail::env_switch("FLASH_CUDA_FWD", {"mma", "wgmma"}) == "mma";
-}
+// map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs;
+// fwd_forced_mma).
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
   const bool forced_mma = fwd_forced_mma();
 #ifdef FLASHATTN_CUDA_SM90A

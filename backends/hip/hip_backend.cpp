@@ -108,13 +108,11 @@ Device current_device() {
   return it->second;
 }
 
-#if FLASHATTN_HIP_MFMA
 // FLASH_HIP_KERNEL=portable forces the portable path on CDNA (to compare the two; =mfma
-// or unset: the default).
+// or unset: the default). decide() reads it on every call, also where no MFMA path exists.
 bool portable_forced() {
   return flash::detail::env_switch("FLASH_HIP_KERNEL", {"portable", "mfma"}) == "portable";
 }
-#endif
 
 enum class Path { portable, mfma };
 struct Plan {
@@ -124,8 +122,7 @@ struct Plan {
 
 // The one decision: which kernel runs this problem, or why none can.
 Choice decide(const flash_problem& p, int direction, Plan* plan) {
-  // FLASH_HIP_KERNEL checked on every call, also where the MFMA path does not apply.
-  (void)flash::detail::env_switch("FLASH_HIP_KERNEL", {"portable", "mfma"});
+  const bool portable = portable_forced();  // checked even where MFMA does not apply
   const Device dev = current_device();
   if (!dev.ok) return Choice::decline(dev.reason);
   if (direction == FLASH_MERGE) {
@@ -164,7 +161,9 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
   bool mfma = false;
 #if FLASHATTN_HIP_MFMA
   mfma = p.dtype != FLASH_F32 && dim <= kMfmaMaxHeadDim && dev.info.wave_size == 64 &&
-         (dev.info.arch == "gfx90a" || dev.info.arch == "gfx908") && !portable_forced();
+         (dev.info.arch == "gfx90a" || dev.info.arch == "gfx908") && !portable;
+#else
+  (void)portable;
 #endif
   Plan chosen{mfma ? Path::mfma : Path::portable, 0};
   std::string name;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_test_util.h"
@@ -23,26 +24,20 @@ struct Knob {
   std::vector<const char*> allowed;
 };
 
-Case Decode() {  // one query token, GQA 4:1, long enough for key chunks: the decode path
+Case Shape(int64_t hq, int64_t hk, int64_t d, int64_t sq, int64_t sk, bool causal) {
   Case c;
-  c.hq = 8;
-  c.hk = 2;
-  c.d = 64;
-  c.sq = 1;
-  c.sk = 3000;
+  c.hq = hq;
+  c.hk = hk;
+  c.d = d;
+  c.sq = sq;
+  c.sk = sk;
+  c.causal = causal;
   return c;
 }
-
-Case Prefill() {  // several query blocks per head: the item planner and cost order
-  Case c;
-  c.hq = 2;
-  c.hk = 2;
-  c.d = 32;
-  c.sq = 300;
-  c.sk = 300;
-  c.causal = true;
-  return c;
-}
+// One query token, GQA 4:1, long enough for key chunks: the decode path.
+Case Decode() { return Shape(8, 2, 64, 1, 3000, false); }
+// Several query blocks per head: the item planner and cost order.
+Case Prefill() { return Shape(2, 2, 32, 300, 300, true); }
 
 std::vector<Knob> Knobs() {
   return {{"FLASH_CPU_DECODE_PREFETCH", Call::forward, Decode(), {"l1", "l2", "none"}},
@@ -53,9 +48,9 @@ std::vector<Knob> Knobs() {
 
 void PrintTo(const Knob& k, std::ostream* os) { *os << k.name; }
 
-int RunCall(const Knob& k, std::string* error) {
-  Problem pr(k.problem);
-  return k.call == Call::forward ? pr.Forward(error) : pr.Backward(error);
+int RunCall(Call call, const Case& c, std::string* error) {
+  Problem pr(c);
+  return call == Call::forward ? pr.Forward(error) : pr.Backward(error);
 }
 
 class CpuEnvSwitch : public ::testing::TestWithParam<Knob> {
@@ -67,14 +62,13 @@ class CpuEnvSwitch : public ::testing::TestWithParam<Knob> {
 // knob, ...): the value is checked before any work.
 TEST_P(CpuEnvSwitch, UnknownValueIsAnErrorNamingIt) {
   const Knob& k = GetParam();
-  const std::vector<Knob> paths = {{k.name, Call::forward, Decode(), {}},
-                                   {k.name, Call::forward, Prefill(), {}},
-                                   {k.name, Call::backward, Prefill(), {}}};
+  const std::vector<std::pair<Call, Case>> paths = {
+      {Call::forward, Decode()}, {Call::forward, Prefill()}, {Call::backward, Prefill()}};
   for (const char* bad : {"bogus", "2x", "-1", " 1", "+1"}) {
     setenv(k.name, bad, 1);
-    for (const Knob& path : paths) {
+    for (const auto& [call, problem] : paths) {
       std::string error;
-      EXPECT_NE(RunCall(path, &error), FLASH_OK) << k.name << "=" << bad << " ran";
+      EXPECT_NE(RunCall(call, problem, &error), FLASH_OK) << k.name << "=" << bad << " ran";
       EXPECT_NE(error.find(k.name), std::string::npos) << error;
       EXPECT_NE(error.find(std::string("'") + bad + "'"), std::string::npos) << error;
       EXPECT_NE(error.find("allowed"), std::string::npos) << error;
@@ -92,13 +86,14 @@ TEST_P(CpuEnvSwitch, AllowedValuesAndUnsetRun) {
   for (const char* good : k.allowed) {
     setenv(k.name, good, 1);
     std::string error;
-    EXPECT_EQ(RunCall(k, &error), FLASH_OK) << k.name << "=" << good << ": " << error;
+    EXPECT_EQ(RunCall(k.call, k.problem, &error), FLASH_OK)
+        << k.name << "=" << good << ": " << error;
   }
   unsetenv(k.name);
   std::string error;
-  EXPECT_EQ(RunCall(k, &error), FLASH_OK) << error;
+  EXPECT_EQ(RunCall(k.call, k.problem, &error), FLASH_OK) << error;
   setenv(k.name, "", 1);  // empty counts as unset
-  EXPECT_EQ(RunCall(k, &error), FLASH_OK) << error;
+  EXPECT_EQ(RunCall(k.call, k.problem, &error), FLASH_OK) << error;
 }
 
 INSTANTIATE_TEST_SUITE_P(Knobs, CpuEnvSwitch, ::testing::ValuesIn(Knobs()),

@@ -382,10 +382,10 @@ std::string check_one(const uint8_t* data, size_t size) {
         if (std::isfinite(sum)) max_dout_l1 = std::max(max_dout_l1, sum);
       }
       const double max_dp = max_dout_l1 * test::magnitude(in.v.to_packed());
-      const double dd_or_terms = max_dd + u * 2 * max_dp;
+      const double ds_error = max_dd + u * 2 * max_dp;  // per dS_ij: δD_i, then the terms
       const double scale = in.problem.scale;
-      const double extra_dq = scale * dd_or_terms * test::magnitude(in.k.to_packed());
-      const double extra_dk = scale * dd_or_terms * test::magnitude(in.q.to_packed()) *
+      const double extra_dq = scale * ds_error * test::magnitude(in.k.to_packed());
+      const double extra_dk = scale * ds_error * test::magnitude(in.q.to_packed()) *
                               static_cast<double>(d.seqlen_q * (d.heads_q / d.heads_kv));
       const double eps = test::relative_epsilon(tdtype);
       if (!matches(name + " dq", dq.to_packed(), grad.dq, naive.dq, tdtype, mag + extra_dq / eps,
