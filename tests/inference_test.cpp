@@ -273,10 +273,9 @@ TEST_P(Inference, PagedCaches) {
     }
 }
 
-// One query token against a long cache (GQA 4:1), contiguous and paged (shuffled pages).
-// From ~40k keys (B 1, 2 kv heads) the cuda decode hands key tiles out at run time from a per-unit
-// counter that the call's last block resets: the paged problem runs twice, so a counter left dirty
-// by the first call would skip keys in the second.
+// One query token against a long cache (GQA 4:1), contiguous and paged (shuffled pages);
+// the paged problem runs twice on the same stream, so scratch counters a call leaves
+// dirty (the cuda decode's split counts) would fail the second.
 TEST_P(Inference, DecodeLongCache) {
   if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
   struct Case {

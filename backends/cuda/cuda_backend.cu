@@ -558,10 +558,10 @@ struct CudaBackend {
                                        sizeof(float) * slots * (dec.dim + 1));
         dp.part_o = static_cast<float*>(workspace.ptr);
         dp.part_lse = dp.part_o + slots * dec.dim;
-        const size_t units = static_cast<size_t>(p.batch * p.heads_kv) * dec.row_chunks;
-        counters = lock_device_buffer(stream, BufferPurpose::counters, 2 * sizeof(int) * units);
+        counters = lock_device_buffer(
+            stream, BufferPurpose::counters,
+            sizeof(int) * static_cast<size_t>(p.batch * p.heads_kv) * dec.row_chunks);
         dp.split_done = static_cast<int*>(counters.ptr);
-        dp.tiles_taken = dp.split_done + units;
       }
       switch (p.dtype) {
         case FLASH_F32:

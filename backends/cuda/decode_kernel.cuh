@@ -73,14 +73,12 @@ struct DecodeParams {
   const int* block_table;  // null: contiguous K/V
   int64_t page_size, pages_per_seq, num_pages;
   int heads_kv;
-  int splits;        // key splits per (sequence, kv head, row chunk)
-  int row_chunks;    // ceil(seqlen_q * group / kM)
-  float* part_o;     // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
-  float* part_lse;   // [batch, heads_kv, row_chunks, splits, kM], natural log
-  int* split_done;   // splits > 1: splits finished per (sequence, kv head, row chunk);
-                     // zero between calls (the last block resets its counter)
-  int* tiles_taken;  // splits > 1: key tiles handed out past the static ones per unit
-                     // (decode_mma_kernel.cuh); zero between calls (reset with split_done)
+  int splits;       // key splits per (sequence, kv head, row chunk)
+  int row_chunks;   // ceil(seqlen_q * group / kM)
+  float* part_o;    // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
+  float* part_lse;  // [batch, heads_kv, row_chunks, splits, kM], natural log
+  int* split_done;  // splits > 1: splits finished per (sequence, kv head, row chunk);
+                    // zero between calls (the last block resets its counter)
 };
 
 // Where row r (0 .. seqlen_q·group − 1) of a kv head's packed rows is: query token
@@ -223,10 +221,7 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp, flo
   if (threadIdx.x == 0) {
     ::cuda::atomic_ref<int, ::cuda::thread_scope_device> done(dp.split_done[unit]);
     is_last = done.fetch_add(1, ::cuda::memory_order_acq_rel) == dp.splits - 1;
-    if (is_last) {  // every split has counted: no warp of the unit takes tiles any more
-      done.store(0, ::cuda::memory_order_relaxed);
-      if (dp.tiles_taken) dp.tiles_taken[unit] = 0;
-    }
+    if (is_last) done.store(0, ::cuda::memory_order_relaxed);  // every split has counted
   }
   __syncthreads();
   decode_trace(DecodeMark::counted);

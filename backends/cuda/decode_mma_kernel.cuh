@@ -30,13 +30,6 @@ namespace flash::cuda {
 #ifndef FLASH_DECODE_MAX_WARPS
 #define FLASH_DECODE_MAX_WARPS 8
 #endif
-// Eighths of a unit's key tiles assigned to warps statically; the rest are handed out
-// from a counter at run time (8: all static, as fixed splits).
-#ifndef FLASH_DECODE_STATIC_EIGHTHS
-#define FLASH_DECODE_STATIC_EIGHTHS 4
-#endif
-constexpr int kDecodeStaticEighths = FLASH_DECODE_STATIC_EIGHTHS;
-static_assert(kDecodeStaticEighths >= 0 && kDecodeStaticEighths <= 8, "a share of eighths");
 // Shared memory for a block's K/V rings, KiB (tuning builds: 96 fits two blocks per SM).
 #ifndef FLASH_DECODE_RING_KB
 #define FLASH_DECODE_RING_KB 192
@@ -91,27 +84,12 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   if (row0 >= rows_total) return;  // block-uniform
   decode_trace(DecodeMark::start);
 
-  // The unit's keys: those some row of the chunk sees, in tiles of KT numbered from
-  // u_begin. Each warp of the unit's dp.splits blocks takes its first `s0` tiles
-  // statically (block `split` a contiguous run of W·s0 tiles, its warps interleaved);
-  // with kDecodeStaticEighths < 8 the rest are handed out one at a time from the unit's
-  // counter (dp.tiles_taken), so the warps of SMs that stream faster take more of them:
-  // per-SM streaming rates differ by up to 1.3x (bench/RESULTS.md, decode trace), and
-  // with fixed splits the slowest SMs set the time.
   const int skv = mask.seqlen_kv;
+  const int per_split = ((skv + dp.splits - 1) / dp.splits + KT - 1) / KT * KT;
   const int row_last = min(row0 + M, rows_total) - 1;
   const KeyRange seen = visible_keys(mask, row0 / p.group, row_last / p.group);
-  const int u_begin = max(seen.begin, 0), k_end = min(skv, seen.end);
-  const int unit_tiles = k_end > u_begin ? (k_end - u_begin + KT - 1) / KT : 0;
-  const int unit_warps = dp.splits * W;
-  const int even = (unit_tiles + unit_warps - 1) / unit_warps;  // all static
-  const int s0 =
-      dp.splits > 1 && dp.tiles_taken
-          ? min(even, max(S::kStages + 2, static_cast<int>(static_cast<int64_t>(unit_tiles) *
-                                                           kDecodeStaticEighths / 8 / unit_warps)))
-          : even;
-  const bool dynamic = unit_warps * s0 < unit_tiles;
-  const int64_t unit = ((b * dp.heads_kv) + kv_head) * dp.row_chunks + chunk;
+  const int k_begin = max(split * per_split, seen.begin);
+  const int k_end = min(min(split * per_split + per_split, skv), seen.end);
 
   // Q: 16 packed rows (query token r / group of head kv_head·group + r % group).
   const T* qg = static_cast<const T*>(p.q);
@@ -150,6 +128,8 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 
+  const int tiles = k_begin < k_end ? (k_end - k_begin + KT - 1) / KT : 0;
+  const int my_tiles = tiles > warp ? (tiles - warp + W - 1) / W : 0;
   const T* kg = static_cast<const T*>(p.k);
   const T* vg = static_cast<const T*>(p.v);
   const uint32_t my_ring = smem_addr(ring + warp * S::kStages * S::kStageBytes);
@@ -158,45 +138,16 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const LdsmAddr<KC> v_addr(my_ring + S::kTileBytes, (lane & 7) + (((lane >> 3) & 1) << 3),
                             lane >> 4);
 
-  // The warp's tiles in order, as ids into the unit's tiles (unit_tiles = none left; ids
-  // only grow, so the first such id ends the warp's stream). ids[j] is the tile of
-  // iteration n + j: the loop loads tile n + kStages − 1 and looks up the pages of tile
-  // n + kStages. A handed-out id is requested (lane 0's atomic) one iteration before it
-  // enters ids, so its round trip hides under a tile's products.
-  const auto static_id = [&](int n) {
-    return n < s0 ? min(split * W * s0 + warp + W * n, unit_tiles) : unit_tiles;
-  };
-  int ids[S::kStages + 1];
-#pragma unroll
-  for (int j = 0; j <= S::kStages; ++j) ids[j] = static_id(j);  // static: s0 >= kStages + 2
-  int pending = 0;  // lane 0: the counter's answer for the next handed-out id
-  const auto request = [&] {
-    if (lane == 0) pending = atomicAdd(dp.tiles_taken + unit, 1);
-  };
-  // After iteration n: tile n + kStages + 1 enters the window.
-  const auto advance = [&](int n) {
-#pragma unroll
-    for (int j = 0; j < S::kStages; ++j) ids[j] = ids[j + 1];
-    const int m = n + S::kStages + 1;
-    int id = static_id(m);
-    if (dynamic && m >= s0)
-      id = ids[S::kStages - 1] >= unit_tiles
-               ? unit_tiles
-               : min(unit_warps * s0 + __shfl_sync(0xffffffffu, pending, 0), unit_tiles);
-    ids[S::kStages] = id;
-    if (dynamic && m + 1 >= s0 && id < unit_tiles) request();
-  };
-
-  // The key this lane addresses in tile `id`, and its page (paged caches).
-  const auto lane_key = [&](int id) { return u_begin + id * KT + lane; };
-  const auto tile_page = [&](int id) { return key_page(dp, b, lane_key(id), k_end); };
-  // Issues the copies of tile `id`, whose page ids the lanes looked up beforehand
-  // (`page`), into ring stage `stage`.
-  auto load_tile = [&](int stage, int id, int64_t page) {
-    const KeyRowOffsets row = key_row_offsets(dp, seq, kv_head, lane_key(id), k_end, page);
+  // The key this lane addresses in the warp's n-th tile, and its page (paged caches).
+  const auto tile_key = [&](int n) { return k_begin + (warp + W * n) * KT + lane; };
+  const auto tile_page = [&](int n) { return key_page(dp, b, tile_key(n), k_end); };
+  // Issues the copies of the warp's n-th tile, whose page ids the lanes looked up
+  // beforehand (`page`), into stage n % kStages.
+  auto load_tile = [&](int n, int64_t page) {
+    const KeyRowOffsets row = key_row_offsets(dp, seq, kv_head, tile_key(n), k_end, page);
     const bool ok = row.ok;
     const int64_t k_off = row.k, v_off = row.v;
-    const uint32_t ks = my_ring + stage * S::kStageBytes, vs = ks + S::kTileBytes;
+    const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
 #pragma unroll
     for (int it = 0; it < KT * KC / 32; ++it) {
       const int idx = it * 32 + lane, r = idx / KC, c = idx % KC;
@@ -222,27 +173,27 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 
 #pragma unroll
   for (int n = 0; n < S::kStages - 1; ++n) {
-    if (ids[n] < unit_tiles) load_tile(n, ids[n], tile_page(ids[n]));
+    if (n < my_tiles) load_tile(n, tile_page(n));
     cp_async_commit();
   }
   // Page ids of the next tile to load, looked up one tile ahead: the block-table read's
   // L2 round trip overlaps this tile's products instead of delaying the next copies.
-  int64_t next_page = tile_page(ids[S::kStages - 1]);
+  int64_t next_page = tile_page(S::kStages - 1);
   // Q (copied by the whole block, the oldest group) visible to every warp: one barrier
   // that all threads reach, whatever their tile count (a barrier inside the tile loop
   // would be reached by some warps only: synccheck's divergent barrier).
   cp_async_wait<S::kStages - 1>();
   __syncthreads();
-  for (int n = 0; ids[0] < unit_tiles; ++n) {
-    if (ids[S::kStages - 1] < unit_tiles) {
-      load_tile((n + S::kStages - 1) % S::kStages, ids[S::kStages - 1], next_page);
-      next_page = tile_page(ids[S::kStages]);
+  for (int n = 0; n < my_tiles; ++n) {
+    if (n + S::kStages - 1 < my_tiles) {
+      load_tile(n + S::kStages - 1, next_page);
+      next_page = tile_page(n + S::kStages);
     }
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();
     __syncwarp();
     const int stage_off = (n % S::kStages) * S::kStageBytes;
-    const int k0 = u_begin + ids[0] * KT;
+    const int k0 = k_begin + (warp + W * n) * KT;
 
     // ---- S = Q·Kᵀ: 16 rows x KT keys ---------------------------------------------------
     float s[NT][4];
@@ -350,7 +301,6 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
         }
     }
     __syncwarp();  // this stage is refilled by a later load_tile
-    advance(n);
   }
   cp_async_wait<0>();
   decode_trace(DecodeMark::streamed);

@@ -59,11 +59,6 @@ constexpr int kVoteBarrier0 = 1;
 // Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
 // (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
 // FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
-// The producer's order of K and V copies (A/B builds: FLASH_FWD_WGMMA_K_AHEAD=0 issues
-// K(i), V(i), K(i + 1), ...).
-#ifndef FLASH_FWD_WGMMA_K_AHEAD
-#define FLASH_FWD_WGMMA_K_AHEAD 1
-#endif
 #if FLASH_FWD_WGMMA_EXACT_EXP
 constexpr float kFfmaExpBound = -1.f;
 #else
@@ -193,34 +188,20 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           tma_load_4d(sQ + a * BM * 128, &tp.q_map, full_q, a * 64, sp.q0, sp.head, sp.batch);
       }
       const int kv_head = sp.head / p.group;
-      // K or V of the work tile's K/V tile i, the ring's tile r (stage r % ST): waits
-      // until every consumer is done with that stage's previous tile (r − ST).
-      const auto load_kv = [&](bool is_k, int r, int i) {
-        const int s = r % ST, parity = (r / ST) & 1, k0 = (sp.tile_begin + i) * BN;
-        const uint32_t full = is_k ? full_k(s) : full_v(s);
-        const uint32_t dst = (is_k ? sK0 : sV0) + s * Dv::kTileKVBytes;
-        mbar_wait(is_k ? empty_k(s) : empty_v(s), parity ^ 1);
-        mbar_arrive_expect_tx(full, Dv::kTileKVBytes);
+      for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
+        const int s = ring % ST, parity = (ring / ST) & 1, k0 = (sp.tile_begin + i) * BN;
+        const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+        mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
+        mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
 #pragma unroll
         for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(dst + a * BN * 128, is_k ? &tp.k_map : &tp.v_map, full, a * 64, k0, kv_head,
-                      sp.batch);
-      };
-#if FLASH_FWD_WGMMA_K_AHEAD
-      // K(i + 1) before V(i) (FlashAttention-3's order): a consumer's step i needs K(i)
-      // and V(i − 1), and K(i + 1)'s stage frees once S(i − 1) has landed, while V(i)'s
-      // frees only after P(i − 2)·V(i − 2): issued behind V(i), K(i + 1) waited for that.
-      if (sp.n_tiles > 0) load_kv(true, ring, 0);
-      for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
-        if (i + 1 < sp.n_tiles) load_kv(true, ring + 1, i + 1);
-        load_kv(false, ring, i);
+          tma_load_4d(sK + a * BN * 128, &tp.k_map, full_k(s), a * 64, k0, kv_head, sp.batch);
+        mbar_wait(empty_v(s), parity ^ 1);
+        mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
+#pragma unroll
+        for (int a = 0; a < D / 64; ++a)
+          tma_load_4d(sV + a * BN * 128, &tp.v_map, full_v(s), a * 64, k0, kv_head, sp.batch);
       }
-#else
-      for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
-        load_kv(true, ring, i);
-        load_kv(false, ring, i);
-      }
-#endif
       // The next tile is taken once this one's copies are issued (its consumers are then
       // within kStages K/V tiles of its end), not when it starts: a block that took its
       // next tile at the start held it through a long causal tile while blocks that
