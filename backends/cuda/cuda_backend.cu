@@ -81,9 +81,8 @@ bool fwd_forced_mma() {
 }
 
 // The Hopper forward (fwd_wgmma_kernel.cuh): sm_90a code built, a compute capability
-// 9.0 device, f16/bf16 on a 64-, 128- or 256-wide tile, dense batches or cache lengths
-// (packed batches: their total row count, which the tensor maps need, is not known on
-// the host) and problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
+// 9.0 device, f16/bf16 on a 64-, 128- or 256-wide tile, dense or packed batches and cache
+// lengths, not problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
 // map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs;
 // fwd_forced_mma).
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
@@ -91,7 +90,7 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 #ifdef FLASHATTN_CUDA_SM90A
   const int dim = tile_dim(p);
   return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
-         cc_minor == 0 && !p.cu_seqlens_q && !p.cu_seqlens_kv && p.seqlen_kv > 0 && !forced_mma;
+         cc_minor == 0 && p.seqlen_kv > 0 && !forced_mma;
 #else
   (void)p, (void)cc_major, (void)cc_minor, (void)forced_mma;
   return false;
@@ -586,6 +585,12 @@ struct CudaBackend {
       tile_counter = lock_device_buffer(stream, BufferPurpose::counters, 2 * sizeof(int));
       f.tile_counter = static_cast<int*>(tile_counter.ptr);
       f.persistent_blocks = device.sms;
+    }
+    // Packed batches: the tensor maps that the device completes (held until enqueued).
+    LockedBuffer packed_maps;
+    if (f.wgmma && (p.cu_seqlens_q || p.cu_seqlens_kv)) {
+      packed_maps = lock_device_buffer(stream, BufferPurpose::tensor_maps, 3 * 128);
+      f.packed_maps = packed_maps.ptr;
     }
     f.l2_section_bytes = fwd_l2_section_bytes(device.l2_bytes);
     switch (p.dtype) {

@@ -11,8 +11,9 @@
 namespace flash::cuda {
 
 // counters: zero-filled when (re)allocated; kernels that use them leave them zero (the
-// decode kernel's split counters, reset by the block that counts last).
-enum class BufferPurpose { staging = 0, workspace = 1, counters = 2 };
+// decode kernel's split counters, reset by the block that counts last). tensor_maps: the
+// Hopper forward's tensor maps of packed batches (written on the device per call).
+enum class BufferPurpose { staging = 0, workspace = 1, counters = 2, tensor_maps = 3 };
 
 // Returns at least `bytes` of device memory, 256-byte aligned, valid for work queued on
 // `stream` until the next call with the same (device, stream, purpose).

@@ -78,7 +78,31 @@ struct FwdTmaParams {
   int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
   // Causal / banded masks: (head, sequence) pairs per L2 section (work_tile_slot).
   int section_pairs;
+  // Packed batches: q, k, v maps in global memory with the row extents of the packed
+  // tensors (fwd_patch_packed_maps); null: the maps above.
+  const CUtensorMap* packed_maps;
 };
+
+static_assert(sizeof(CUtensorMap) == 128, "the packed maps buffer holds 3 x 128 bytes");
+
+// Writes the three maps of a packed batch to `out` with their row extents set to the
+// totals cu_seqlens_q / cu_seqlens_kv[batch], which only the device knows (one thread
+// per map; the launch before the forward on the same stream).
+// (static: each forward .cu file that includes this header has its own copy.)
+static __global__ void fwd_patch_packed_maps(const __grid_constant__ FwdTmaParams tp,
+                                             CUtensorMap* out) {
+  const int m = threadIdx.x;
+  if (m >= 3) return;
+  const CUtensorMap* src = m == 0 ? &tp.q_map : m == 1 ? &tp.k_map : &tp.v_map;
+  const uint4* from = reinterpret_cast<const uint4*>(src);
+  uint4* to = reinterpret_cast<uint4*>(out + m);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(CUtensorMap) / 16); ++i) to[i] = from[i];
+  const int* cu = m == 0 ? tp.p.cu_seqlens_q : tp.p.cu_seqlens_kv;
+  // A row extent of 0 is not a valid map; with total 0 no tile is loaded anyway.
+  if (cu != nullptr) tma_map_set_rows(out + m, max(cu[tp.p.num_seqs], 1));
+  tma_maps_release();
+}
 
 // Query block, head and sequence of work tile t, in the order of work_tile_order.cuh.
 struct FwdWorkTile {
@@ -166,9 +190,20 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     // ---- producer: one thread issues every copy ------------------------------------------
     warpgroup_reg_dealloc<Dv::kProducerRegs>();
     if (tid != 0) return;
-    tma_prefetch_map(&tp.q_map);
-    tma_prefetch_map(&tp.k_map);
-    tma_prefetch_map(&tp.v_map);
+    const CUtensorMap* q_map = tp.packed_maps ? tp.packed_maps : &tp.q_map;
+    const CUtensorMap* k_map = tp.packed_maps ? tp.packed_maps + 1 : &tp.k_map;
+    const CUtensorMap* v_map = tp.packed_maps ? tp.packed_maps + 2 : &tp.v_map;
+    if (tp.packed_maps) {  // written by fwd_patch_packed_maps: acquire before the first copy
+      tma_map_acquire(q_map);
+      tma_map_acquire(k_map);
+      tma_map_acquire(v_map);
+    }
+    tma_prefetch_map(q_map);
+    tma_prefetch_map(k_map);
+    tma_prefetch_map(v_map);
+    // Coordinates: packed tensors are one [total rows, heads, dim] "sequence" (their map's
+    // batch extent is 1) in which sequence b starts at row cu_seqlens[b].
+    const bool packed_q = p.cu_seqlens_q != nullptr, packed_kv = p.cu_seqlens_kv != nullptr;
     int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
     for (int t = first_tile, n = 0;; ++n) {
       mbar_wait(empty_q, (n & 1) ^ 1);  // the consumers are done with the previous Q
@@ -185,22 +220,25 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
 #pragma unroll
         for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sQ + a * BM * 128, &tp.q_map, full_q, a * 64, sp.q0, sp.head, sp.batch);
+          tma_load_4d(sQ + a * BM * 128, q_map, full_q, a * 64,
+                      static_cast<int>(sp.seq.q_row) + sp.q0, sp.head, packed_q ? 0 : sp.batch);
       }
       const int kv_head = sp.head / p.group;
       for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
         const int s = ring % ST, parity = (ring / ST) & 1, k0 = (sp.tile_begin + i) * BN;
         const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+        const int kv_row = static_cast<int>(sp.seq.kv_row) + k0,
+                  kv_batch = packed_kv ? 0 : sp.batch;
         mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
         mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
 #pragma unroll
         for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sK + a * BN * 128, &tp.k_map, full_k(s), a * 64, k0, kv_head, sp.batch);
+          tma_load_4d(sK + a * BN * 128, k_map, full_k(s), a * 64, kv_row, kv_head, kv_batch);
         mbar_wait(empty_v(s), parity ^ 1);
         mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
 #pragma unroll
         for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sV + a * BN * 128, &tp.v_map, full_v(s), a * 64, k0, kv_head, sp.batch);
+          tma_load_4d(sV + a * BN * 128, v_map, full_v(s), a * 64, kv_row, kv_head, kv_batch);
       }
       // The next tile is taken once this one's copies are issued (its consumers are then
       // within kStages K/V tiles of its end), not when it starts: a block that took its
@@ -487,21 +525,30 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   auto kernel = sequences ? fwd_wgmma_kernel<T, C, true> : fwd_wgmma_kernel<T, C, false>;
   set_max_dynamic_smem_once<fwd_wgmma_kernel<T, C, true>>(Dv::kSmemBytes);
   set_max_dynamic_smem_once<fwd_wgmma_kernel<T, C, false>>(Dv::kSmemBytes);
-  FwdTmaParams tp;
+  FwdTmaParams tp{};
   tp.p = params;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int heads_kv = params.heads_q / params.group;
-  // Dense batches (and caches: rows up to the capacity seqlen_kv). Packed batches do not
-  // run here (choose()): their total row count is not known on the host.
-  tp.q_map =
-      make_tile_map({params.q, bf16, params.head_dim, params.mask.seqlen_q, params.heads_q, batch,
-                     params.q_stride[1], params.q_stride[2], params.q_stride[0], Dv::kBlockM});
-  tp.k_map =
-      make_tile_map({params.k, bf16, params.head_dim, params.mask.seqlen_kv, heads_kv, batch,
-                     params.k_stride[1], params.k_stride[2], params.k_stride[0], C::kBlockN});
-  tp.v_map =
-      make_tile_map({params.v, bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv, batch,
-                     params.v_stride[1], params.v_stride[2], params.v_stride[0], C::kBlockN});
+  // Dense batches: [batch, rows, heads, cols] (caches: rows up to the capacity seqlen_kv).
+  // A packed tensor is one sequence of all the rows, whose count (cu_seqlens[batch]) only
+  // the device knows: its map is built here with the longest sequence's rows, and
+  // fwd_patch_packed_maps sets the total before the forward runs.
+  const bool packed_q = params.cu_seqlens_q != nullptr;
+  const bool packed_kv = params.cu_seqlens_kv != nullptr;
+  tp.q_map = make_tile_map({params.q, bf16, params.head_dim, params.mask.seqlen_q, params.heads_q,
+                            packed_q ? 1 : batch, params.q_stride[1], params.q_stride[2],
+                            packed_q ? 0 : params.q_stride[0], Dv::kBlockM});
+  tp.k_map = make_tile_map({params.k, bf16, params.head_dim, params.mask.seqlen_kv, heads_kv,
+                            packed_kv ? 1 : batch, params.k_stride[1], params.k_stride[2],
+                            packed_kv ? 0 : params.k_stride[0], C::kBlockN});
+  tp.v_map = make_tile_map({params.v, bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv,
+                            packed_kv ? 1 : batch, params.v_stride[1], params.v_stride[2],
+                            packed_kv ? 0 : params.v_stride[0], C::kBlockN});
+  if (packed_q || packed_kv) {
+    CUtensorMap* maps = static_cast<CUtensorMap*>(params.packed_maps);
+    fwd_patch_packed_maps<<<1, 32, 0, stream>>>(tp, maps);
+    tp.packed_maps = maps;
+  }
   const int num_qblocks = (params.mask.seqlen_q + Dv::kBlockM - 1) / Dv::kBlockM;
   tp.num_qblocks = num_qblocks;
   tp.tile_counter = params.tile_counter;

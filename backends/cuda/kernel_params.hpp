@@ -46,6 +46,9 @@ struct FwdParams {
   // launches) and the blocks to launch (one per SM); null: one block per work tile.
   int* tile_counter;
   int persistent_blocks;
+  // Packed batches on it: 3 x 128 bytes of device memory where the q, k and v tensor maps
+  // are written with their row extents set on the device (fwd_patch_packed_maps).
+  void* packed_maps;
   // Causal / banded: K/V bytes the tiles in flight may share in L2 (the work-tile order,
   // work_tile_order.cuh); 0 = one head after another.
   int64_t l2_section_bytes;

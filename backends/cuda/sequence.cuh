@@ -16,9 +16,10 @@
 namespace flash::cuda {
 
 struct SequenceRows {
-  int64_t q, k, v, o;  // element offsets of (this sequence, row 0, head 0)
-  int64_t lse;         // index of this (sequence, head)'s lse for row 0; row i adds i
-  MaskParams mask;     // this sequence's lengths; diag_offset = seqlen_kv - seqlen_q
+  int64_t q, k, v, o;     // element offsets of (this sequence, row 0, head 0)
+  int64_t q_row, kv_row;  // its row 0 in a packed q / k tensor (0 when not packed)
+  int64_t lse;            // index of this (sequence, head)'s lse for row 0; row i adds i
+  MaskParams mask;        // this sequence's lengths; diag_offset = seqlen_kv - seqlen_q
 };
 
 __device__ __forceinline__ int clamp_len(int64_t len, int max_len) {
@@ -42,6 +43,8 @@ __device__ __forceinline__ SequenceRows sequence_rows(const FwdParams& p, int64_
     r.mask.seqlen_kv = clamp_len(p.seqlens_kv[batch], p.mask.seqlen_kv);
   }
   r.mask.diag_offset = r.mask.seqlen_kv - r.mask.seqlen_q;
+  r.q_row = q_row0;
+  r.kv_row = kv_row0;
   r.q = p.cu_seqlens_q ? q_row0 * p.q_stride[1] : batch * p.q_stride[0];
   r.o = p.cu_seqlens_q ? q_row0 * p.o_stride[1] : batch * p.o_stride[0];
   r.k = p.cu_seqlens_kv ? kv_row0 * p.k_stride[1] : batch * p.k_stride[0];
@@ -56,6 +59,7 @@ __device__ __forceinline__ SequenceRows sequence_rows(const FwdParams& p, int64_
 __device__ __forceinline__ SequenceRows dense_rows(const FwdParams& p, int64_t batch, int head) {
   SequenceRows r;
   r.mask = p.mask;
+  r.q_row = r.kv_row = 0;
   r.q = batch * p.q_stride[0];
   r.o = batch * p.o_stride[0];
   r.k = batch * p.k_stride[0];

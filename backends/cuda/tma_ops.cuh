@@ -81,6 +81,32 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
 #endif
 }
 
+// ---- tensor maps written on the device --------------------------------------------------
+// A map in global memory whose row extent (dimension 1) is set on the device, for sizes
+// the host does not know (packed batches: cu_seqlens[batch] lives in device memory).
+// The writer copies the host-built map, replaces the extent and releases the writes to
+// the tensor-map proxy; a later kernel acquires each map before its first copy.
+__device__ __forceinline__ void tma_map_set_rows(CUtensorMap* map, int rows) {
+#if FLASH_WGMMA_AVAILABLE
+  asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 1, %1;\n" ::"l"(
+                   __cvta_generic_to_global(map)),
+               "r"(rows)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_maps_release() {
+#if FLASH_WGMMA_AVAILABLE
+  asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tma_map_acquire(const CUtensorMap* map) {
+#if FLASH_WGMMA_AVAILABLE
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map))
+               : "memory");
+#endif
+}
+
 // ---- registers ----------------------------------------------------------------------------
 // The warpgroup's register budget per thread (a multiple of 8 in [24, 256]); the kernel
 // must start with a cap (__launch_bounds__(threads, 1)). Every warp of the warpgroup runs it.

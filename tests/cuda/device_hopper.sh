@@ -6,7 +6,7 @@
 # torch (decode: compare_torch.py --decode, which also checks each problem against the
 # reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
 # Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch decodebench decodeab decodetrace ncu ncufwd decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch varlen decodebench decodeab decodetrace ncu ncufwd decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -98,6 +98,27 @@ fi
 if has torch; then
   PYTHONUNBUFFERED=1 timeout 200 python3 .carry/torch_sdpa.py --dtype ${DTYPE:-bf16} --head-dim ${DIMS:-64 128 256} \
     --seqlen ${SEQLENS:-1024 4096 16384} --backends flash cudnn 2>&1 | tee "$OUT/torch.log" | tail -20
+fi
+# varlen: packed-batch prefill (flashattn-compare --varlen, lengths VARLEN) on the Hopper
+# forward and on the mma.sync kernels (FLASH_CUDA_FWD=mma), alternating, plain and causal;
+# one FLASH_LOG=1 call first names the kernel each runs.
+if has varlen; then
+  vl=${VARLEN:-4096,1000,2048,17,8192,113,3000,1}
+  for v in wgmma mma; do
+    env FLASH_LOG=1 $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 60 $b/bench/flashattn-compare \
+      --backends cuda --dtype bf16 --heads 16 --head-dim ${VARLEN_DIM:-128} --varlen $vl --iters 1 \
+      --check-budget 0 2>&1 | grep -m1 -iE "kernel|wgmma|mma_fwd" | sed "s/^/$v log: /" | tee -a "$OUT/varlen.log"
+  done
+  for round in $(seq ${ROUNDS:-2}); do
+    for v in wgmma mma; do
+      for causal in "" --causal; do
+        env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) timeout 60 $b/bench/flashattn-compare \
+          --backends cuda --dtype bf16 --heads 16 --head-dim ${VARLEN_DIM:-128} --varlen $vl \
+          --check-budget 0 $causal 2>&1 | sed "s/^/$v${causal:+ causal} /" | tee -a "$OUT/varlen.log" |
+          grep -E "cuda" | head -2
+      done
+    done
+  done
 fi
 # Decode GB/s of K+V beside a device copy (flashattn-decode-bench: no reference run).
 # decodebench: once per L2 flush mode in FLUSH_MODES (read: the default since
