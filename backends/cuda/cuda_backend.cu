@@ -120,6 +120,13 @@ int64_t fwd_l2_section_bytes(int l2_bytes) {
   return off ? 0 : l2_bytes / kFwdL2SectionShare;
 }
 
+// Whether the causal / banded Hopper forward ends its tile order with a longest-first run
+// over the last pairs (work_tile_order.cuh, work_tile_tail_pairs): on, unless
+// FLASH_CUDA_FWD_LPT_TAIL=0 (A/B).
+bool fwd_lpt_tail() {
+  return flash::detail::env_switch("FLASH_CUDA_FWD_LPT_TAIL", {"0", "1"}) != "0";
+}
+
 // Every switch environment variable checked on every call (choose() runs first in
 // forward / backward / merge), whichever kernel the call takes: a bad value fails even
 // where its knob does not apply, and before any work is queued.
@@ -128,6 +135,7 @@ void validate_switches() {
   (void)bwd_forced_mma();
   (void)fwd_wgmma_persistent();
   (void)fwd_l2_section_bytes(0);
+  (void)fwd_lpt_tail();
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -593,6 +601,7 @@ struct CudaBackend {
       f.packed_maps = packed_maps.ptr;
     }
     f.l2_section_bytes = fwd_l2_section_bytes(device.l2_bytes);
+    f.tail_blocks = fwd_lpt_tail() ? device.sms : 0;
     switch (p.dtype) {
       case FLASH_F32:
         dispatch_forward<Dtype::f32>(dim, f, batch, stream);

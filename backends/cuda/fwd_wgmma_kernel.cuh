@@ -76,8 +76,9 @@ struct FwdTmaParams {
   // block resets it).
   int num_qblocks, total_tiles;
   int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
-  // Causal / banded masks: (head, sequence) pairs per L2 section (work_tile_slot).
-  int section_pairs;
+  // Causal / banded masks: (head, sequence) pairs per L2 section and in the longest-first
+  // tail (work_tile_slot).
+  int section_pairs, tail_pairs;
   // Packed batches: q, k, v maps in global memory with the row extents of the packed
   // tensors (fwd_patch_packed_maps); null: the maps above.
   const CUtensorMap* packed_maps;
@@ -110,7 +111,7 @@ struct FwdWorkTile {
 };
 __device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int t) {
   const WorkTileSlot w = work_tile_slot(t, tp.num_qblocks, tp.total_tiles / tp.num_qblocks,
-                                        tp.p.mask.bounded, tp.section_pairs);
+                                        tp.p.mask.bounded, tp.section_pairs, tp.tail_pairs);
   return {w.qblock, w.pair % tp.p.heads_q, w.pair / tp.p.heads_q + tp.p.batch_offset};
 }
 
@@ -563,6 +564,9 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
     tp.section_pairs = work_tile_section_pairs(
         params.l2_section_bytes, params.mask.seqlen_kv, params.head_dim, params.head_dim_v,
         static_cast<int>(sizeof(T)), params.group, static_cast<int64_t>(params.heads_q) * n);
+    tp.tail_pairs = params.tail_blocks > 0 ? work_tile_tail_pairs(num_qblocks, params.heads_q * n,
+                                                                  params.tail_blocks)
+                                           : 0;
     const dim3 grid = tp.tile_counter
                           ? dim3(std::min(tp.total_tiles, std::max(1, params.persistent_blocks)))
                           : dim3(num_qblocks, params.heads_q, n);

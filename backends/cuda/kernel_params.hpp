@@ -52,6 +52,9 @@ struct FwdParams {
   // Causal / banded: K/V bytes the tiles in flight may share in L2 (the work-tile order,
   // work_tile_order.cuh); 0 = one head after another.
   int64_t l2_section_bytes;
+  // Causal / banded: the blocks resident at once, for the longest-first tail of the order
+  // (work_tile_tail_pairs); 0 = no tail run.
+  int tail_blocks;
 };
 
 // Backward: dq/dk/dv use q/k/v strides, dout uses o_stride.

@@ -82,14 +82,16 @@ fi
 # (this tree with FLASH_CUDA_FWD=mma), "persistent" / "grid" (this tree with
 # FLASH_CUDA_FWD_PERSISTENT=1 / 0; since 179e7a8 the persistent grid is the default for
 # every mask and =1 changes nothing), "headorder" (this tree with
-# FLASH_CUDA_FWD_L2_SECTIONS=0), "persistent-headorder" (both).
+# FLASH_CUDA_FWD_L2_SECTIONS=0), "persistent-headorder" (both), "nolpt" (this tree with
+# FLASH_CUDA_FWD_LPT_TAIL=0: no longest-first tail in the causal tile order).
 if has ab; then
   for round in $(seq ${ROUNDS:-2}); do
     for v in ${AB:-new mma}; do
       m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
       [ -n "$m" ] || continue
       env $([ $v = mma ] && echo FLASH_CUDA_FWD=mma) $([[ $v == persistent* ]] && echo FLASH_CUDA_FWD_PERSISTENT=1) \
-        $([ $v = grid ] && echo FLASH_CUDA_FWD_PERSISTENT=0) $([[ $v == *headorder ]] && echo FLASH_CUDA_FWD_L2_SECTIONS=0) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
+        $([ $v = grid ] && echo FLASH_CUDA_FWD_PERSISTENT=0) $([[ $v == *headorder ]] && echo FLASH_CUDA_FWD_L2_SECTIONS=0) \
+        $([ $v = nolpt ] && echo FLASH_CUDA_FWD_LPT_TAIL=0) timeout 200 $b/tests/cuda/cuda_module_bench "$m" \
         --dtype ${DTYPE:-bf16} --dims ${DIMS:-64 128 256} --seqlens ${SEQLENS:-1024 4096 16384} \
         2>&1 | sed "s/^ours /$v /" | tee -a "$OUT/ab.log" | grep -E "^$v" | tr -s ' ' | cut -d' ' -f1,6,7,9
     done
