@@ -28,8 +28,10 @@
 // Measured (H100, bf16, FlashAttention's shapes, 779816c, beside torch in one call):
 // S = 4k / 16k non-causal D = 64 476 / 505, D = 128 627 / 615, D = 256 679 / 689 TFLOP/s
 // = 1.06 / 1.04, 0.97 / 0.96, 0.98 / 0.94 of cuDNN; causal 379 / 440, 512 / 586,
-// 529 / 617 = 0.98 / 0.96, 0.95 / 0.95, 0.95 / 0.98; 1.4-2.3x torch's FlashAttention-2
-// (bench/RESULTS.md, issue 15 entries).
+// 529 / 617 = 0.98 / 0.96, 0.95 / 0.95, 0.95 / 0.98; 1.4-2.3x torch's FlashAttention-2.
+// H200, 0152c01 (longest-first tail): of cuDNN at 4k / 16k non-causal D 64 1.01 / 1.06,
+// D 128 0.94 / 1.00, D 256 0.93 / 0.95; causal 0.91 / 0.95, 0.90 / 0.91, 0.94 / 0.95;
+// packed prefill (varlen) 629 / 508 TFLOP/s plain / causal at D 128 (bench/RESULTS.md).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
