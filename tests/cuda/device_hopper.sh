@@ -172,11 +172,13 @@ fi
 # ncufwd: one D = NCU_DIM (128) bf16 forward launch of the wgmma kernel at S = NCU_S
 # (4096) under ncu (speed of light, warp states, scheduler, instruction mix, the source
 # lines where warps stall), and that kernel's SASS, for reading off the device.
+# NCU_SKIP (2) picks the launch: cuda_module_bench runs 3 warm-ups + 3 timed launches
+# non-causal, then the same causal, so NCU_SKIP=8 profiles a causal launch.
 if has ncufwd; then
   rep="$OUT/ncufwd"
   # NCU_KERNEL / NCU_RUN profile another kernel the same way (e.g. decode_mma and
   # "$b/bench/flashattn-decode-bench --backend cuda --batch 1 --keys 8192 --queries 1 --page 0 --iters 3").
-  timeout 240 ncu --clock-control none --kernel-name regex:${NCU_KERNEL:-fwd_wgmma} --launch-skip 2 --launch-count 1 \
+  timeout 240 ncu --clock-control none --kernel-name regex:${NCU_KERNEL:-fwd_wgmma} --launch-skip ${NCU_SKIP:-2} --launch-count 1 \
     --set full --import-source no -o "$rep" -f \
     ${NCU_RUN:-$b/tests/cuda/cuda_module_bench "$mod" --dtype bf16 --dims ${NCU_DIM:-128} --seqlens ${NCU_S:-4096} --iters 3} \
     > "$OUT/ncufwd-run.log" 2>&1
