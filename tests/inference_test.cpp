@@ -235,6 +235,31 @@ TEST_P(Inference, PackedBatches) {
     }
 }
 
+// A packed batch without keys (cu_seqlens_kv all 0, total 0): k and v may be null (an
+// empty tensor needs no pointer) and every row gets o = 0, lse = -inf. (The Hopper
+// forward's tensor maps still need an address: fwd_wgmma_kernel.cuh's launcher.)
+TEST_P(Inference, PackedBatchWithoutKeys) {
+  const std::vector<int32_t> cu_q = {0, 3, 20}, cu_k = {0, 0, 0};
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    AttentionDesc d = base(dtype, 4, 2, 128);
+    d.batch = 2;
+    d.seqlen_q = 17;
+    d.seqlen_kv = 64;
+    d.cu_seqlens_q = cu_q.data();
+    d.cu_seqlens_kv = cu_k.data();
+    std::mt19937_64 rng(5);
+    Buffer q(dtype, 20 * 4 * 128), o(dtype, 20 * 4 * 128);
+    q.fill(rng);
+    o.poison();
+    std::vector<float> lse(4 * 20, NAN);
+    d.lse = lse.data();
+    if (!run(d, [&] { attention(d, q.data(), nullptr, nullptr, o.data()); })) continue;
+    const std::vector<double> got = o.values();
+    EXPECT_EQ(std::count(got.begin(), got.end(), 0.0), o.size()) << to_string(dtype);
+    for (float l : lse) EXPECT_TRUE(std::isinf(l) && l < 0) << l << " " << to_string(dtype);
+  }
+}
+
 TEST_P(Inference, CacheLengths) {
   const std::vector<int32_t> lens = {0, 5, 700, 1000};
   for (int64_t sq : {1, 3, 16})

@@ -538,13 +538,17 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   // fwd_patch_packed_maps sets the total before the forward runs.
   const bool packed_q = params.cu_seqlens_q != nullptr;
   const bool packed_kv = params.cu_seqlens_kv != nullptr;
-  tp.q_map = make_tile_map({params.q, bf16, params.head_dim, params.mask.seqlen_q, params.heads_q,
+  // A packed tensor whose sequences are all empty (total 0) may be null, but a map needs
+  // an address: the maps buffer stands in. Nothing is copied from it (a tile of a sequence
+  // without query rows or keys issues no copy).
+  const auto address = [&](const void* t) { return t != nullptr ? t : params.packed_maps; };
+  tp.q_map = make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q, params.heads_q,
                             packed_q ? 1 : batch, params.q_stride[1], params.q_stride[2],
                             packed_q ? 0 : params.q_stride[0], Dv::kBlockM});
-  tp.k_map = make_tile_map({params.k, bf16, params.head_dim, params.mask.seqlen_kv, heads_kv,
+  tp.k_map = make_tile_map({address(params.k), bf16, params.head_dim, params.mask.seqlen_kv, heads_kv,
                             packed_kv ? 1 : batch, params.k_stride[1], params.k_stride[2],
                             packed_kv ? 0 : params.k_stride[0], C::kBlockN});
-  tp.v_map = make_tile_map({params.v, bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv,
+  tp.v_map = make_tile_map({address(params.v), bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv,
                             packed_kv ? 1 : batch, params.v_stride[1], params.v_stride[2],
                             packed_kv ? 0 : params.v_stride[0], C::kBlockN});
   if (packed_q || packed_kv) {
