@@ -542,14 +542,14 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   // an address: the maps buffer stands in. Nothing is copied from it (a tile of a sequence
   // without query rows or keys issues no copy).
   const auto address = [&](const void* t) { return t != nullptr ? t : params.packed_maps; };
-  tp.q_map = make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q, params.heads_q,
-                            packed_q ? 1 : batch, params.q_stride[1], params.q_stride[2],
-                            packed_q ? 0 : params.q_stride[0], Dv::kBlockM});
-  tp.k_map = make_tile_map({address(params.k), bf16, params.head_dim, params.mask.seqlen_kv, heads_kv,
-                            packed_kv ? 1 : batch, params.k_stride[1], params.k_stride[2],
+  tp.q_map = make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q,
+                            params.heads_q, packed_q ? 1 : batch, params.q_stride[1],
+                            params.q_stride[2], packed_q ? 0 : params.q_stride[0], Dv::kBlockM});
+  tp.k_map = make_tile_map({address(params.k), bf16, params.head_dim, params.mask.seqlen_kv,
+                            heads_kv, packed_kv ? 1 : batch, params.k_stride[1], params.k_stride[2],
                             packed_kv ? 0 : params.k_stride[0], C::kBlockN});
-  tp.v_map = make_tile_map({address(params.v), bf16, params.head_dim_v, params.mask.seqlen_kv, heads_kv,
-                            packed_kv ? 1 : batch, params.v_stride[1], params.v_stride[2],
+  tp.v_map = make_tile_map({address(params.v), bf16, params.head_dim_v, params.mask.seqlen_kv,
+                            heads_kv, packed_kv ? 1 : batch, params.v_stride[1], params.v_stride[2],
                             packed_kv ? 0 : params.v_stride[0], C::kBlockN});
   if (packed_q || packed_kv) {
     CUtensorMap* maps = static_cast<CUtensorMap*>(params.packed_maps);
@@ -570,9 +570,9 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
     tp.section_pairs = work_tile_section_pairs(
         params.l2_section_bytes, params.mask.seqlen_kv, params.head_dim, params.head_dim_v,
         static_cast<int>(sizeof(T)), params.group, static_cast<int64_t>(params.heads_q) * n);
-    tp.tail_pairs = params.tail_blocks > 0 ? work_tile_tail_pairs(num_qblocks, params.heads_q * n,
-                                                                  params.tail_blocks)
-                                           : 0;
+    tp.tail_pairs = params.tail_blocks > 0
+                        ? work_tile_tail_pairs(num_qblocks, params.heads_q * n, params.tail_blocks)
+                        : 0;
     const dim3 grid = tp.tile_counter
                           ? dim3(std::min(tp.total_tiles, std::max(1, params.persistent_blocks)))
                           : dim3(num_qblocks, params.heads_q, n);

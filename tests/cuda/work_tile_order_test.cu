@@ -14,8 +14,8 @@ namespace {
 int failures = 0;
 
 // index: the tile number, or the (pair, query block) slot for "each tile exactly once".
-void expect(bool ok, const char* what, int qblocks, int pairs, bool bounded, int section,
-            int tail, int index) {
+void expect(bool ok, const char* what, int qblocks, int pairs, bool bounded, int section, int tail,
+            int index) {
   if (ok) return;
   if (++failures <= 10)
     std::printf("FAIL %s: qblocks %d pairs %d bounded %d section_pairs %d tail_pairs %d index %d\n",
