@@ -495,7 +495,11 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     }
 
     // ---- normalise, store O and lse ------------------------------------------------------------
-    T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2];
+    // When head_dim_v fills the tile (the usual case) the columns need no test: the stores
+    // take immediate offsets from one row address (a test per store, with the row address
+    // rebuilt for each, made this epilogue ~5 % of a causal 4k forward's samples, ncu).
+    const bool full_width = p.head_dim_v == D;
+    T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] + tig * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float l = row_sum[h];
@@ -505,12 +509,16 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       const int row = row0 + 8 * h;
       if (row >= mask.seqlen_q) continue;
       T* orow = o + (int64_t)row * p.o_stride[1];
+      const auto value = [&](int nt) {
+        return pack2<T>(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
+      };
+      if (full_width) {
 #pragma unroll
-      for (int nt = 0; nt < OT; ++nt) {
-        const int col = nt * 8 + tig * 2;  // head_dim_v is a multiple of 8: col + 1 fits too
-        if (col < p.head_dim_v)
-          *reinterpret_cast<uint32_t*>(orow + col) =
-              pack2<T>(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
+        for (int nt = 0; nt < OT; ++nt) *reinterpret_cast<uint32_t*>(orow + nt * 8) = value(nt);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < OT; ++nt)  // head_dim_v is a multiple of 8: col + 1 fits too
+          if (nt * 8 + tig * 2 < p.head_dim_v) *reinterpret_cast<uint32_t*>(orow + nt * 8) = value(nt);
       }
       if (p.lse != nullptr && tig == 0) p.lse[sp.seq.lse + row] = row_lse(row_max[h], l, mult);
     }
