@@ -520,7 +520,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       } else {
 #pragma unroll
         for (int nt = 0; nt < OT; ++nt)  // head_dim_v is a multiple of 8: col + 1 fits too
-          if (nt * 8 + tig * 2 < p.head_dim_v) *reinterpret_cast<uint32_t*>(orow + nt * 8) = value(nt);
+          if (nt * 8 + tig * 2 < p.head_dim_v)
+            *reinterpret_cast<uint32_t*>(orow + nt * 8) = value(nt);
       }
       if (p.lse != nullptr && tig == 0) p.lse[sp.seq.lse + row] = row_lse(row_max[h], l, mult);
     }
