@@ -1,7 +1,7 @@
 // Plain C++ (no SIMD) description of one CPU attention call: the mask as per-row key
 // intervals, the work decomposition into items, the per-thread workspace, and the
 // tile parameters each SIMD target reports. Shared by cpu_backend.cpp (threads,
-// dispatch) and the per-target kernels (*-inl.h compiled through targets.cpp).
+// dispatch) and the per-target kernels (*-inl.h compiled through targets_*.cpp).
 #pragma once
 
 #include <algorithm>

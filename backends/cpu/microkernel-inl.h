@@ -1,5 +1,6 @@
 // Register-blocked f32 GEMM micro-kernel shared by every product of the forward and
-// the backward (per-target code; included through targets.cpp).
+// the backward (per-target code; included through targets_forward.cpp and
+// targets_backward.cpp).
 //
 // C[M x ncols] (=, +=, or row_scale[r]·C +=) A[M x K] · B[K x ncols], where A is read
 // through two strides (A(r, k) = a[r·a_rs + k·a_ks], so Kᵀ, Pᵀ and dSᵀ need no copy)

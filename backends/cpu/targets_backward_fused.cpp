@@ -1,0 +1,23 @@
+// The fused backward's entry point (backward-inl.h), compiled once per SIMD target
+// (Highway foreach_target; targets.cpp holds the dispatch tables that point at them).
+// Its own unit: under CI's sanitizer build it compiles longer than the two passes.
+
+// Order matters: foreach_target.h re-includes this file once per target, before the
+// per-target headers below are first seen.
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/targets_backward_fused.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "backends/cpu/backward-inl.h"
+#include "backends/cpu/target_kernels-inl.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace flash::cpu::HWY_NAMESPACE {
+
+void BackwardFusedItem(const Plan& plan, int64_t item) { BackwardFusedItemImpl(plan, item); }
+
+}  // namespace flash::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
