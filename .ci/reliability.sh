@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reliability jobs of CI (called by .ci/run after .ci/test.sh; see tests/README.md):
 #   asan  clang build with ASan + UBSan (+ libFuzzer coverage), reference + cpu
-#         backends; runs the test suite (filtered, see below) and the bad-input matrix
+#         backends; runs the test suite (filtered, see below) and the bad-input matrix,
+#         two test processes at a time (see "Two lanes" below)
 #   fuzz  60 s of libFuzzer on tests/fuzz/fuzz_attention (uses the asan build)
 #   tsan  clang build with TSan; runs the concurrency test with OMP_NUM_THREADS=1
 #         (libomp is not TSan-instrumented: its team synchronisation is reported as
@@ -61,6 +62,7 @@ fi
 
 if has asan; then
   bin=build-rel-asan/tests
+  rel=$bin/reliability/flashattn_reliability_tests
   # The cross-backend suite under ASan+UBSan on reference and cpu (every SIMD target),
   # on its cases up to ~130 rows: odd sizes, Sq != Sk both ways, empty rows, head_dim
   # 1/8/40/64/128, GQA, causal, windows, large logits, bhsd and padded layouts, every
@@ -68,28 +70,56 @@ if has asan; then
   # tiles) at 10-100x the cost under ASan; the normal build runs them all.
   small='*_s1x1_*:*_s17x113_*:*_s113x17_*:*_s113_d40_*:*_s64_d64_*:*_s77x129_*:*_s113_d128_*:*_s128_d64_large*'
   filter=${ASAN_FILTER:-$small}
-  "$bin/flashattn_tests" --gtest_filter="$filter" --gtest_brief=1 >build-rel-asan/reliability-suite.log 2>&1 ||
-    { tail -60 build-rel-asan/reliability-suite.log; exit 1; }
-  tail -3 build-rel-asan/reliability-suite.log
-  "$bin/flashattn_tests" --gtest_filter='-All/*' --gtest_brief=1 | tail -3   # api, validation, edge
-  stamp "asan: cross-backend suite + api tests passed"
-  rel=$bin/reliability/flashattn_reliability_tests
-  "$rel" --gtest_filter="Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*" \
-    --gtest_brief=1 | tail -3
-  stamp "asan: bad-input matrix + fuzz replay passed"
-  "$rel" --gtest_filter="AllTargets/*:CudaBadInput.*" --gtest_brief=1 | tail -3
-  stamp "asan: numerical edge cases passed"
-  "$bin/reliability/flashattn_concurrency_test" --gtest_brief=1 | tail -3
-  # The cpu backend's own tests, except flash_cpu_rss_test (RSS means nothing under
-  # ASan's shadow memory) and flash_cpu_kernel_test (1.5-5 min under ASan on 2 cores;
-  # the cross-backend suite and the numerics above run the same kernels).
   for name in flash_cpu_exp_test flash_cpu_target_test flash_cpu_determinism_test; do
-    t=$bin/cpu/$name
-    [ -x "$t" ] || { echo "reliability: $t missing"; exit 1; }
-    "$t" --gtest_brief=1 >"build-rel-asan/reliability-$(basename "$t").log" 2>&1 ||
-      { tail -40 "build-rel-asan/reliability-$(basename "$t").log"; exit 1; }
+    [ -x "$bin/cpu/$name" ] || { echo "reliability: $bin/cpu/$name missing"; exit 1; }
   done
-  stamp "asan: concurrency + cpu kernel tests passed"
+  # step NAME CMD...: CMD's output goes to build-rel-asan/reliability-NAME.log; prints
+  # its time and last lines (gtest's summary) when it passes, the last 60 when it fails.
+  step() {
+    local name=$1 log=build-rel-asan/reliability-$1.log t0=$SECONDS
+    shift
+    if "$@" >"$log" 2>&1; then
+      echo "reliability: asan $name passed in $((SECONDS - t0)) s:" \
+        "$(grep -E '^\[(==========|  PASSED  |  SKIPPED )\] [0-9]+ test' "$log" | tr -s '\n ' ' ')"
+    else
+      tail -60 "$log"
+      echo "reliability: asan $name FAILED (log: $log)"
+      return 1
+    fi
+  }
+  # Two lanes at once: these processes run on one core nearly all the time (the fp64
+  # oracle and ASan's checks; the cpu backend's OpenMP teams are short), and CI has two.
+  # Sequentially the steps took ~450 s (the inference suite ~230 s of them), as two lanes
+  # ~245 s.
+  # Passive OpenMP waiting: a team's idle worker would otherwise spin up to 200 ms after
+  # each call on the core the other lane needs (scheduling only; the code run is the same).
+  lane_api() {  # the non-parametrised tests: inference suite, api, validation, edge
+    step api "$bin/flashattn_tests" --gtest_filter='-All/*' --gtest_brief=1
+  }
+  lane_rest() {
+    step suite "$bin/flashattn_tests" --gtest_filter="$filter" --gtest_brief=1 &&
+      step bad-inputs "$rel" --gtest_filter="Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*" \
+        --gtest_brief=1 &&
+      step numerics "$rel" --gtest_filter="AllTargets/*:CudaBadInput.*" --gtest_brief=1 &&
+      step concurrency "$bin/reliability/flashattn_concurrency_test" --gtest_brief=1 &&
+      # The cpu backend's own tests, except flash_cpu_rss_test (RSS means nothing under
+      # ASan's shadow memory) and flash_cpu_kernel_test (1.5-5 min under ASan on 2 cores;
+      # the cross-backend suite and the numerics above run the same kernels).
+      step flash_cpu_exp_test "$bin/cpu/flash_cpu_exp_test" --gtest_brief=1 &&
+      step flash_cpu_target_test "$bin/cpu/flash_cpu_target_test" --gtest_brief=1 &&
+      step flash_cpu_determinism_test "$bin/cpu/flash_cpu_determinism_test" --gtest_brief=1
+  }
+  export OMP_WAIT_POLICY=passive
+  lane_api &
+  api_pid=$!
+  lane_rest &
+  rest_pid=$!
+  failed=0
+  wait "$api_pid" || failed=1
+  wait "$rest_pid" || failed=1
+  unset OMP_WAIT_POLICY
+  [ "$failed" -eq 0 ] || exit 1
+  stamp "asan: suite, api + inference, bad inputs + fuzz replay, numerics, concurrency + cpu tests passed"
 fi
 
 if has fuzz; then
