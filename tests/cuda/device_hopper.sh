@@ -6,7 +6,7 @@
 # torch (decode: compare_torch.py --decode, which also checks each problem against the
 # reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
 # Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics sass ab torch varlen decodebench decodeab decodetrace ncu ncufwd decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics ptxas sass ab torch varlen decodebench decodeab decodetrace ncu ncufwd decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -64,6 +64,23 @@ if has numerics; then
   timeout 200 $rel --gtest_filter='*cuda*:Cuda*' > "$OUT/numerics.log" 2>&1
   echo "numerics rc=$?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUT/numerics.log" | head -20
+fi
+# ptxas: the Hopper forward's dense bf16 kernel for each D in PTXAS_DIMS (64 128 256),
+# compiled alone and in parallel (~1 min) with -Xptxas -v: ptxas's serialisation notes
+# (C7515, C7520: every wgmma waits for the one before) and spills, which the normal build
+# hides. For trying kernel variants without the full build (bench/RESULTS.md, session 10).
+if has ptxas; then
+  mkdir -p build-ptxas
+  for d in ${PTXAS_DIMS:-64 128 256}; do
+    printf '#include "fwd_wgmma_kernel.cuh"\ntemplate __global__ void flash::cuda::fwd_wgmma_kernel<__nv_bfloat16, flash::cuda::FwdWgmmaConfig<%s>, false>(const __grid_constant__ flash::cuda::FwdTmaParams);\n' \
+      "$d" > build-ptxas/fwd_$d.cu
+    (nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -Ibackends/cuda -Iinclude -I. \
+      -Xptxas -v -c build-ptxas/fwd_$d.cu -o /dev/null > "$OUT/ptxas-d$d.log" 2>&1) &
+  done
+  wait
+  for d in ${PTXAS_DIMS:-64 128 256}; do
+    echo "ptxas D $d: $(grep -cE 'C7515|C7520' "$OUT/ptxas-d$d.log") serialisation notes; $(grep -m1 -oE '[0-9]+ bytes spill stores' "$OUT/ptxas-d$d.log" || echo 'no spill line')"
+  done
 fi
 if has sass; then
   # HGMMA instructions per forward wgmma kernel (function headers start with "Function :").
