@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
-cmake --build build -j"$(nproc)"
+# The build's output is kept in build/build.log: .ci/test.sh reads ptxas's notes from it.
+cmake --build build -j"$(nproc)" 2>&1 | tee build/build.log
