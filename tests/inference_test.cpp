@@ -10,11 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <initializer_list>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -26,6 +21,7 @@
 #include "reference/naive.hpp"
 #include "reference/sequences.hpp"
 #include "support/compare.hpp"
+#include "support/oracle_cache.hpp"
 #include "support/targets.hpp"
 
 namespace flash::test {
@@ -101,14 +97,9 @@ flash_problem problem_of(const AttentionDesc& d) {
   return p;
 }
 
-// The oracle's results (fp64 reference and naive attention in the dtype, forward or
-// backward) for one problem and its inputs, computed once per process and shared by every
-// target, as prepare() does for the cross-backend suite: they do not depend on the target,
-// and under CI's sanitizer build computing them again cost 30-50 s per test and target
-// (most of the suite's time there). The key is the problem (every field the oracle reads,
-// array contents included) and a hash of every input byte, taken after the backend ran:
-// a backend that wrote into its inputs gets the oracle of what it left there, as when
-// each test computed its own.
+// The oracle's results (fp64 reference and naive attention in the dtype) for one problem
+// and its inputs, computed once and shared by every target (support/oracle_cache.hpp):
+// under CI's sanitizer build computing them again cost 30-50 s per test and target.
 struct ForwardOracle {
   reference::ForwardResult ref, naive;
 };
@@ -116,51 +107,11 @@ struct BackwardOracle {
   reference::BackwardResult ref, naive;
 };
 
-std::string oracle_key(const flash_problem& p, std::initializer_list<const Buffer*> inputs) {
-  std::string key;
-  const auto put = [&](const void* data, size_t bytes) {
-    key.append(static_cast<const char*>(data), bytes);
-  };
-  for (int64_t x : {p.batch, p.seqlen_q, p.seqlen_kv, p.heads_q, p.heads_kv, p.head_dim,
-                    p.head_dim_v, p.window_left, p.window_right, p.page_size, p.pages_per_seq,
-                    p.num_pages, p.total_q, p.total_kv})
-    put(&x, sizeof x);
-  for (int32_t x : {p.dtype, p.causal}) put(&x, sizeof x);
-  put(&p.scale, sizeof p.scale);
-  put(&p.softcap, sizeof p.softcap);
-  for (const int64_t* s : {p.q_stride, p.k_stride, p.v_stride, p.o_stride}) put(s, 3 * sizeof *s);
-  const auto array = [&](const int32_t* a, int64_t n) {
-    const char tag = a ? 1 : 0;  // null and empty differ
-    put(&tag, 1);
-    if (a) put(a, static_cast<size_t>(n) * sizeof *a);
-  };
-  array(p.cu_seqlens_q, p.batch + 1);
-  array(p.cu_seqlens_kv, p.batch + 1);
-  array(p.seqlens_kv, p.batch);
-  array(p.block_table, p.batch * p.pages_per_seq);
-  for (const Buffer* b : inputs) {
-    const size_t h = std::hash<std::string_view>{}(
-        std::string_view(static_cast<const char*>(b->data()), b->bytes.size()));
-    const uint64_t size = b->bytes.size();
-    put(&size, sizeof size);
-    put(&h, sizeof h);
-  }
-  return key;
-}
-
-template <class Result, class Compute>
-const Result& cached(const std::string& key, Compute&& compute) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Result>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[key];
-  if (!slot) slot = std::make_unique<Result>(compute());
-  return *slot;
-}
+std::string_view bytes_of(const Buffer& b) { return test::bytes_of(b.data(), b.bytes.size()); }
 
 const ForwardOracle& forward_oracle(const flash_problem& p, const Buffer& q, const Buffer& k,
                                     const Buffer& v) {
-  return cached<ForwardOracle>(oracle_key(p, {&q, &k, &v}), [&] {
+  return oracle_cached<ForwardOracle>(oracle_key(p, {bytes_of(q), bytes_of(k), bytes_of(v)}), [&] {
     return ForwardOracle{
         reference::forward(p, q.data(), k.data(), v.data()),
         reference::forward_per_sequence(p, q.data(), k.data(), v.data(), reference::naive_forward)};
@@ -169,11 +120,13 @@ const ForwardOracle& forward_oracle(const flash_problem& p, const Buffer& q, con
 
 const BackwardOracle& backward_oracle(const flash_problem& p, const Buffer& q, const Buffer& k,
                                       const Buffer& v, const Buffer& dout) {
-  return cached<BackwardOracle>(oracle_key(p, {&q, &k, &v, &dout}), [&] {
-    return BackwardOracle{reference::backward(p, q.data(), k.data(), v.data(), dout.data()),
-                          reference::backward_per_sequence(p, q.data(), k.data(), v.data(),
-                                                           dout.data(), reference::naive_backward)};
-  });
+  return oracle_cached<BackwardOracle>(
+      oracle_key(p, {bytes_of(q), bytes_of(k), bytes_of(v), bytes_of(dout)}), [&] {
+        return BackwardOracle{
+            reference::backward(p, q.data(), k.data(), v.data(), dout.data()),
+            reference::backward_per_sequence(p, q.data(), k.data(), v.data(), dout.data(),
+                                             reference::naive_backward)};
+      });
 }
 
 // The documented declines of inference features (backends/hip/README.md).

@@ -12,10 +12,12 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/cases.hpp"
 #include "support/compare.hpp"
+#include "support/oracle_cache.hpp"
 #include "support/targets.hpp"
 
 namespace flash::test {
@@ -65,6 +67,40 @@ struct Problem {
   }
   flash_problem resolved() const { return resolve(desc, q, k, v, o); }
 };
+
+// The oracle's results for a problem and its inputs, computed once and shared by every
+// target (support/oracle_cache.hpp): the 2^20-key problems' oracle alone took a minute
+// per target under CI's sanitizer build.
+std::string_view bytes_of(const HostTensor& t) {
+  return test::bytes_of(t.data(), t.storage.size() * sizeof t.storage[0]);
+}
+const reference::ForwardResult& reference_forward(const flash_problem& fp, const Problem& p) {
+  return oracle_cached<reference::ForwardResult>(
+      oracle_key(fp, {bytes_of(p.q), bytes_of(p.k), bytes_of(p.v)}),
+      [&] { return reference::forward(fp, p.q.data(), p.k.data(), p.v.data()); });
+}
+struct NaiveForward {
+  reference::ForwardResult result;
+};
+const reference::ForwardResult& naive_forward(const flash_problem& fp, const Problem& p) {
+  return oracle_cached<NaiveForward>(oracle_key(fp, {bytes_of(p.q), bytes_of(p.k), bytes_of(p.v)}),
+                                     [&] {
+                                       return NaiveForward{reference::naive_forward(
+                                           fp, p.q.data(), p.k.data(), p.v.data())};
+                                     })
+      .result;
+}
+struct BackwardOracle {
+  reference::BackwardResult ref, naive;
+};
+const BackwardOracle& backward_oracle(const flash_problem& fp, const Problem& p) {
+  return oracle_cached<BackwardOracle>(
+      oracle_key(fp, {bytes_of(p.q), bytes_of(p.k), bytes_of(p.v), bytes_of(p.dout)}), [&] {
+        return BackwardOracle{
+            reference::backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data()),
+            reference::naive_backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data())};
+      });
+}
 
 // NaN and infinities must match the reference element by element; finite elements
 // then go through the tolerance rule (with non-finite positions set to 0 on all sides).
@@ -125,8 +161,8 @@ class Numerics : public testing::TestWithParam<Target> {
     std::vector<float> lse;
     if (!forward(p, lse)) return false;
     const flash_problem fp = p.resolved();
-    const auto ref = reference::forward(fp, p.q.data(), p.k.data(), p.v.data());
-    const auto naive = reference::naive_forward(fp, p.q.data(), p.k.data(), p.v.data());
+    const auto& ref = reference_forward(fp, p);
+    const auto& naive = naive_forward(fp, p);
     EXPECT_TRUE(matches(std::string(what) + " o", p.o.to_packed(), ref.o, naive.o, p.desc.dtype));
     EXPECT_TRUE(matches(std::string(what) + " lse", std::vector<double>(lse.begin(), lse.end()),
                         ref.lse, naive.lse, DType::f32));
@@ -135,7 +171,7 @@ class Numerics : public testing::TestWithParam<Target> {
 
   void check_backward(Problem& p, const char* what) {
     const flash_problem fp = p.resolved();
-    const auto ref = reference::forward(fp, p.q.data(), p.k.data(), p.v.data());
+    const auto& ref = reference_forward(fp, p);
     // The backward's inputs: the reference o (in the dtype) and lse (in f32).
     HostTensor o = p.o;
     const int64_t dv = fp.head_dim_v;
@@ -156,9 +192,9 @@ class Numerics : public testing::TestWithParam<Target> {
     } catch (const Error& e) {
       FAIL() << "raised: " << e.what();
     }
-    const auto grad = reference::backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data());
-    const auto naive =
-        reference::naive_backward(fp, p.q.data(), p.k.data(), p.v.data(), p.dout.data());
+    const BackwardOracle& oracle = backward_oracle(fp, p);
+    const auto& grad = oracle.ref;
+    const auto& naive = oracle.naive;
     const double mag = std::max({magnitude(grad.dq), magnitude(grad.dk), magnitude(grad.dv)}) *
                        lse_rounding_factor(ref.lse, d.dtype, d.head_dim);
     EXPECT_TRUE(
