@@ -89,15 +89,19 @@ if has asan; then
   }
   # Two lanes at once: these processes run on one core nearly all the time (the fp64
   # oracle and ASan's checks; the cpu backend's OpenMP teams are short), and CI has two.
-  # Sequentially the steps took ~450 s (the inference suite ~230 s of them), as two lanes
-  # ~245 s.
+  # Sequentially the steps took ~420 s, as two lanes ~220 s: the inference suite's three
+  # longest tests (~215 s) in one, everything else in the other.
   # Passive OpenMP waiting: a team's idle worker would otherwise spin up to 200 ms after
   # each call on the core the other lane needs (scheduling only; the code run is the same).
-  lane_api() {  # the non-parametrised tests: inference suite, api, validation, edge
-    step api "$bin/flashattn_tests" --gtest_filter='-All/*' --gtest_brief=1
+  inference_long='Inference/*.PackedBatches/*:Inference/*.CacheLengths/*:Inference/*.DecodeLongCache/*'
+  lane_inference() {
+    step inference "$bin/flashattn_tests" --gtest_filter="$inference_long" --gtest_brief=1
   }
   lane_rest() {
     step suite "$bin/flashattn_tests" --gtest_filter="$filter" --gtest_brief=1 &&
+      # the other non-parametrised tests: the rest of the inference suite, api,
+      # validation, edge
+      step api "$bin/flashattn_tests" --gtest_filter="-All/*:$inference_long" --gtest_brief=1 &&
       step bad-inputs "$rel" --gtest_filter="Rows/*:Edges/*:HostBackends/*:BadInputCApi.*:FuzzReplay.*" \
         --gtest_brief=1 &&
       step numerics "$rel" --gtest_filter="AllTargets/*:CudaBadInput.*" --gtest_brief=1 &&
@@ -110,16 +114,16 @@ if has asan; then
       step flash_cpu_determinism_test "$bin/cpu/flash_cpu_determinism_test" --gtest_brief=1
   }
   export OMP_WAIT_POLICY=passive
-  lane_api &
-  api_pid=$!
+  lane_inference &
+  inference_pid=$!
   lane_rest &
   rest_pid=$!
   failed=0
-  wait "$api_pid" || failed=1
+  wait "$inference_pid" || failed=1
   wait "$rest_pid" || failed=1
   unset OMP_WAIT_POLICY
   [ "$failed" -eq 0 ] || exit 1
-  stamp "asan: suite, api + inference, bad inputs + fuzz replay, numerics, concurrency + cpu tests passed"
+  stamp "asan: suite, inference + api, bad inputs + fuzz replay, numerics, concurrency + cpu tests passed"
 fi
 
 if has fuzz; then
