@@ -89,6 +89,56 @@ TEST_P(Edge, NanReachesOnlyTheRowsThatUseIt) {
     }
 }
 
+// NaN / inf in a value row that only some rows see, on the 16-bit paths at every tile
+// width of the Hopper forward (64, 128, 256) and lengths where its tiles straddle the
+// mask: causal diagonal tiles, window edges, first tiles that start before key 0. Tensor
+// cores multiply a hidden key's p = 0 by its v row, and 0·NaN = NaN: the kernels must keep
+// the rows that do not see the key finite (the exact path of fwd_wgmma_kernel.cuh).
+TEST_P(Edge, NonFiniteValueReachesOnlyTheRowsThatSeeIt) {
+  struct Band {
+    const char* name;
+    bool causal;
+    int64_t left;  // window_left with window_right = 0 when not causal
+  };
+  constexpr int64_t kRows = 300, kKey = 150, kCol = 3;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (int64_t dim : {64, 128, 256})
+      for (const Band band : {Band{"causal", true, -1}, Band{"window 100", false, 100}})
+        for (double poison : {double(NAN), double(INFINITY)}) {
+          SCOPED_TRACE(std::string(band.name) + " " + to_string(dtype) + " D " +
+                       std::to_string(dim) + (std::isnan(poison) ? " NaN" : " inf"));
+          AttentionDesc d = desc(kRows, kRows);
+          d.dtype = dtype;
+          d.head_dim = dim;
+          d.causal = band.causal;
+          if (!band.causal) {
+            d.window_left = band.left;
+            d.window_right = 0;
+          }
+          HostTensor q(dtype, 1, kRows, 2, dim, Layout::packed), o = q;
+          HostTensor k(dtype, 1, kRows, 1, dim, Layout::packed), v = k;
+          std::mt19937_64 rng(7);
+          q.fill_random(rng, 1);
+          k.fill_random(rng, 1);
+          v.fill_random(rng, 1);
+          v.set(0, kKey, 0, kCol, poison);
+          o.poison();
+          on_target([&] { attention(d, q.data(), k.data(), v.data(), o.data()); });
+          int wrong = 0;
+          for (int64_t i = 0; i < kRows; ++i) {
+            const bool sees = kKey <= i && (band.causal || kKey >= i - band.left);
+            for (int64_t h = 0; h < 2; ++h)
+              for (int64_t dd = 0; dd < dim; ++dd) {
+                const bool finite = std::isfinite(o.get(0, i, h, dd));
+                if (finite != !(sees && dd == kCol) && wrong++ < 5)
+                  ADD_FAILURE() << "row " << i << " head " << h << " column " << dd << ": "
+                                << o.get(0, i, h, dd) << (sees ? " (sees" : " (does not see")
+                                << " key " << kKey << ")";
+              }
+          }
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, Edge, testing::ValuesIn(all_targets()),
                          [](const auto& info) { return info.param.label; });
 

@@ -273,6 +273,36 @@ TEST_P(Inference, PackedBatches) {
     }
 }
 
+// NaN in the values of a packed neighbour that no row sees (sequence 1: keys, no queries):
+// a tensor-core forward's last key tile of sequence 0 runs past that sequence's end into
+// them, as hidden keys, and 0·NaN = NaN; they must reach no row (fwd_wgmma_kernel.cuh's
+// exact path).
+TEST_P(Inference, PackedNeighbourWithNanValues) {
+  const std::vector<int32_t> lq = {40, 0, 300}, lk = {30, 50, 300};
+  const auto cu_q = offsets(lq), cu_k = offsets(lk);
+  for (const bool causal : {false, true})
+    for (const int64_t dim : {64, 128}) {
+      const Backend backend = GetParam().backend;
+      if (dim != 64 && backend != Backend::cuda && backend != Backend::hip) continue;
+      AttentionDesc d = base(DType::bf16, 4, 2, dim);
+      d.batch = 3;
+      d.seqlen_q = 300;
+      d.seqlen_kv = 300;
+      d.cu_seqlens_q = cu_q.data();
+      d.cu_seqlens_kv = cu_k.data();
+      d.causal = causal;
+      std::mt19937_64 rng(4);
+      Buffer q(d.dtype, cu_q.back() * 4 * dim), k(d.dtype, cu_k.back() * 2 * dim), v = k;
+      q.fill(rng);
+      k.fill(rng);
+      v.fill(rng);
+      for (int64_t i = cu_k[1] * 2 * dim; i < cu_k[2] * 2 * dim; ++i) v.set(i, NAN);
+      check(d, q, k, v, false,
+            std::string("packed neighbour NaN ") + (causal ? "causal" : "plain") + " D " +
+                std::to_string(dim));
+    }
+}
+
 // A packed batch without keys (cu_seqlens_kv all 0, total 0): k and v may be null (an
 // empty tensor needs no pointer) and every row gets o = 0, lse = -inf. (The Hopper
 // forward's tensor maps still need an address: fwd_wgmma_kernel.cuh's launcher.)

@@ -41,6 +41,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -311,18 +312,40 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
                             gmma_desc_add(k_desc, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
   };
   // Whether tile i's P·V must take the exact scalar path: a boundary tile whose V holds a
-  // NaN or inf (block-uniform condition; the warpgroup votes on named barrier 1 + c).
+  // NaN or inf in the row of a key that some row of the block does not see (block-uniform
+  // condition; the warpgroup votes on named barrier 1 + c). Keys every row sees need no
+  // scan (their NaN reaches every row in the reference too), nor rows outside the tensor
+  // map, which the copy engine fills with zeros: the last tile of a dense non-causal row
+  // block scans nothing, a causal diagonal tile only the BM − 1 keys of the triangle.
   const auto needs_exact_pv = [&](int i) {
     if (!tile_masked(i)) return false;
-    const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes;
+    const int k0 = key0_of(i);
+    int all_lo = visible_keys(mask, sp.q_last, sp.q_last).begin;  // every row sees
+    int all_hi = visible_keys(mask, sp.q0, sp.q0).end;            // [all_lo, all_hi)
+    if (all_hi <= all_lo) all_lo = all_hi = INT_MAX;
+    // Rows of the map: [0, capacity) of each sequence when dense; a packed tensor's other
+    // sequences are real rows (its total is not known here: no upper bound).
+    const int mem_hi = p.cu_seqlens_kv != nullptr ? INT_MAX : p.mask.seqlen_kv;
+    const int lo1 = k0, hi1 = min(min(k0 + BN, all_lo), mem_hi);  // keys below [all_lo, all_hi)
+    const int lo2 = max(k0, all_hi), hi2 = min(k0 + BN, mem_hi);  // and above it
+    const int rows1 = max(hi1 - lo1, 0), rows = rows1 + max(hi2 - lo2, 0);
     bool bad = false;
-    constexpr int kChunksPerThread = Dv::kTileKVBytes / 16 / 128;
+    if (rows > 0) {
+      // Every 16-byte chunk of each such V row (the swizzle only permutes a row's chunks):
+      // thread ct reads chunk ct % kRowChunks of every kRowsPerPass-th row.
+      constexpr int kRowChunks = D / 8, kRowsPerPass = 128 / kRowChunks;
+      static_assert(128 % kRowChunks == 0, "a pass covers whole rows");
+      const int chunk = ct % kRowChunks;
+      const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes + (chunk / 8) * BN * 128 +
+                          (chunk % 8) * 16 - k0 * 128;
 #pragma unroll 4
-    for (int it = 0; it < kChunksPerThread; ++it)
-      bad |= has_nonfinite<T>(lds128(sV + (it * 128 + ct) * 16));
+      for (int r = ct / kRowChunks; r < rows; r += kRowsPerPass)
+        bad |= has_nonfinite<T>(lds128(sV + (r < rows1 ? lo1 + r : lo2 + r - rows1) * 128));
+      bad = named_barrier_or(kVoteBarrier0 + c, 128, bad);
+    }
     // The vote's result is the same in every thread; __any_sync makes that visible to
     // ptxas (a wgmma under a branch it cannot prove warp-uniform is serialised, C7520).
-    return __any_sync(0xffffffffu, named_barrier_or(kVoteBarrier0 + c, 128, bad)) != 0;
+    return __any_sync(0xffffffffu, bad) != 0;
   };
   // O += P(i)·V(i) with scalar FMAs over the keys each row sees (the exact path). Runs
   // only while no product is in flight: a non-wgmma write of O inside a wgmma pipeline

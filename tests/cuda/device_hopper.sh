@@ -77,9 +77,17 @@ if has ptxas; then
     (nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -Ibackends/cuda -Iinclude -I. \
       -Xptxas -v -c build-ptxas/fwd_$d.cu -o /dev/null > "$OUT/ptxas-d$d.log" 2>&1) &
   done
+  # PTXAS_VARIANTS="name:-DX=1 -DY=2;name2:..." compiles the first of PTXAS_DIMS again per
+  # variant (flags without commas).
+  IFS=';' read -ra variants <<< "${PTXAS_VARIANTS:-}"
+  d0=$(echo ${PTXAS_DIMS:-64 128 256} | cut -d' ' -f1)
+  for v in "${variants[@]}"; do
+    (nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -Ibackends/cuda -Iinclude -I. \
+      ${v#*:} -Xptxas -v -c build-ptxas/fwd_$d0.cu -o /dev/null > "$OUT/ptxas-d$d0-${v%%:*}.log" 2>&1) &
+  done
   wait
-  for d in ${PTXAS_DIMS:-64 128 256}; do
-    echo "ptxas D $d: $(grep -cE 'C7515|C7520' "$OUT/ptxas-d$d.log") serialisation notes; $(grep -m1 -oE '[0-9]+ bytes spill stores' "$OUT/ptxas-d$d.log" || echo 'no spill line')"
+  for log in "$OUT"/ptxas-d*.log; do
+    echo "ptxas $(basename $log .log): $(grep -cE 'C7511|C7515|C7520' "$log") serialisation notes; $(grep -m1 -oE '[0-9]+ bytes spill stores' "$log" || echo 'no spill line')"
   done
 fi
 if has sass; then
