@@ -33,7 +33,9 @@
 // D 128 0.94 / 1.00, D 256 0.93 / 0.95; causal 0.91 / 0.95, 0.90 / 0.91, 0.94 / 0.95;
 // packed prefill (varlen) 629 / 508 TFLOP/s plain / causal at D 128. H100, 8d89053 (epilogue
 // without column tests): D 128 4k / 16k 0.96 / 0.97 of cuDNN, causal 0.98 / 0.93; D 64
-// 1.05 / 1.03, 0.98 / 0.95; D 256 0.95 / 0.99, 0.96 / 0.97 (bench/RESULTS.md).
+// 1.05 / 1.03, 0.98 / 0.95; D 256 0.95 / 0.99, 0.96 / 0.97. H100, 3792fc9 (V scan of
+// hidden keys only): D 128 0.96 / 0.98, causal 0.98 / 0.95; D 64 1.01 / 1.07, 0.95 / 1.00;
+// D 256 0.93 / 1.03, 0.98 / 1.02 (bench/RESULTS.md).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
