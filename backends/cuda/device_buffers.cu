@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <tuple>
 
 #include "cuda_check.hpp"
@@ -16,9 +17,14 @@ struct Buffer {
   std::mutex user;  // held by lock_device_buffer's caller
 };
 std::mutex buffers_mutex;
-std::map<std::tuple<int, cudaStream_t, int>, Buffer>& buffers() {
-  static auto* m = new std::map<std::tuple<int, cudaStream_t, int>, Buffer>;  // never freed:
-  return *m;  // destroying it at exit could race the driver's own teardown
+// Key: device, stream, purpose, and the host thread when the stream is cudaStreamPerThread
+// (that handle names a different stream in every thread: one buffer for all of them let
+// two threads' kernels run at once on one tile counter or workspace). A thread's entries
+// outlive it, as every entry does.
+using BufferKey = std::tuple<int, cudaStream_t, int, std::thread::id>;
+std::map<BufferKey, Buffer>& buffers() {
+  static auto* m = new std::map<BufferKey, Buffer>;  // never freed: destroying it at exit
+  return *m;                                         // could race the driver's own teardown
 }
 }  // namespace
 
@@ -27,7 +33,9 @@ Buffer& buffer_entry(cudaStream_t stream, BufferPurpose purpose) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   std::lock_guard<std::mutex> lock(buffers_mutex);
-  return buffers()[{device, stream, static_cast<int>(purpose)}];  // map nodes are stable
+  const std::thread::id owner =
+      stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id();
+  return buffers()[{device, stream, static_cast<int>(purpose), owner}];  // nodes are stable
 }
 
 // Grows b to at least `bytes` (zero-filled on the stream when `zero`); the caller

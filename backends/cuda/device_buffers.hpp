@@ -1,4 +1,5 @@
-// Cached device scratch memory, one buffer per (device, stream, purpose). Buffers only
+// Cached device scratch memory, one buffer per (device, stream, purpose), and per host
+// thread for cudaStreamPerThread (a different stream in each thread). Buffers only
 // grow (stream-ordered cudaFreeAsync/cudaMallocAsync on the caller's stream, so the
 // old buffer stays valid for work already queued); a steady workload allocates nothing.
 #pragma once

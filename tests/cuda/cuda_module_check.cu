@@ -2,17 +2,22 @@
 // reference, through the module ABI (no core library). Covers every dtype and head
 // dim, causal / windows / softcap / GQA, Sq != Skv both ways, strided layouts,
 // host pointers (staging) and device pointers. Outputs are poisoned with NaN first.
+// Then host threads running forwards at once on cudaStreamPerThread must each get the
+// single-threaded result bitwise (the module's per-stream scratch is per thread there).
 // Exit 0 = pass, 1 = fail, 77 = skipped (no CUDA device).
 //   cuda_module_check <path to libflashattn_cuda.so> [--quick]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "module_loader.hpp"
@@ -212,6 +217,78 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
   return ok;
 }
 
+// kThreads host threads, each running kRepeats forwards on cudaStreamPerThread (a different
+// stream in each thread, so their kernels overlap) into its own NaN-poisoned output: every
+// result must equal the single-threaded one bitwise. The persistent Hopper forward takes
+// its work tiles from a per-stream counter; one counter shared by all threads' streams let
+// overlapping grids take each other's tiles (unwritten outputs).
+bool per_thread_streams(const flash_backend_module* m) {
+  constexpr int kThreads = 4, kRepeats = 20, B = 2, S = 1024, H = 8, D = 128;
+  flash_problem p{};
+  p.batch = B;
+  p.seqlen_q = p.seqlen_kv = S;
+  p.heads_q = p.heads_kv = H;
+  p.head_dim = p.head_dim_v = D;
+  p.dtype = FLASH_BF16;
+  p.scale = 1.f / std::sqrt((float)D);
+  p.window_left = p.window_right = -1;
+  for (int64_t* st : {p.q_stride, p.k_stride, p.v_stride, p.o_stride}) {
+    st[2] = D;
+    st[1] = (int64_t)H * D;
+    st[0] = (int64_t)S * H * D;
+  }
+  p.stream = cudaStreamPerThread;
+  const size_t elems = (size_t)B * S * H * D, bytes = elems * 2;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<__nv_bfloat16> host(3 * elems);
+  for (auto& x : host) x = __float2bfloat16(nd(rng));
+  void* in = nullptr;
+  cudaMalloc(&in, 3 * bytes);
+  cudaMemcpy(in, host.data(), 3 * bytes, cudaMemcpyHostToDevice);
+  const char* q = static_cast<const char*>(in);
+  const auto forward = [&](void* out, std::vector<unsigned char>& result) {
+    cudaMemsetAsync(out, 0xFF, bytes, cudaStreamPerThread);  // NaN in bf16
+    flash_problem mine = p;
+    flash_message msg{};
+    if (m->forward(&mine, q, q + bytes, q + 2 * bytes, out, &msg) != FLASH_OK) {
+      std::printf("FAIL per-thread streams: %s\n", msg.text);
+      return false;
+    }
+    result.resize(bytes);
+    cudaMemcpyAsync(result.data(), out, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread);
+    return cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess;
+  };
+  std::vector<unsigned char> expected;
+  void* out0 = nullptr;
+  cudaMalloc(&out0, bytes);
+  bool ok = forward(out0, expected);
+  cudaFree(out0);
+  std::atomic<int> mismatches{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads && ok; ++t)
+    threads.emplace_back([&] {
+      void* out = nullptr;
+      cudaMalloc(&out, bytes);
+      std::vector<unsigned char> got;
+      for (int r = 0; r < kRepeats; ++r) {
+        if (!forward(out, got))
+          ++failures;
+        else if (std::memcmp(got.data(), expected.data(), bytes) != 0)
+          ++mismatches;
+      }
+      cudaFree(out);
+    });
+  for (auto& th : threads) th.join();
+  cudaFree(in);
+  ok = ok && failures == 0 && mismatches == 0;
+  std::printf(
+      "%s per-thread streams: %d threads x %d bf16 forwards (B %d, S %d, H %d, D %d) on "
+      "cudaStreamPerThread: %d differ from the single-threaded result, %d failed\n",
+      ok ? "ok  " : "FAIL", kThreads, kRepeats, B, S, H, D, mismatches.load(), failures.load());
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -256,6 +333,8 @@ int main(int argc, char** argv) {
          8.f});  // large logits
     run({1, 1024, 1024, 2, 2, 128, 128, dtype, true, -1, -1, 0.f, false, true});
   }
+  ++total;
+  if (!per_thread_streams(m)) ++fails;
   std::printf("%d/%d cases passed\n", total - fails, total);
   return fails == 0 ? 0 : 1;
 }
