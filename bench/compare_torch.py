@@ -66,8 +66,10 @@ L2_EVICTION_FACTOR = 2  # flush with a buffer twice the L2 size before each time
 BACKWARD_WORK = 2.5
 
 
-def flops(batch, heads, seqlen, head_dim, causal, backward):
-    forward = 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+def flops(batch, heads, seqlen, head_dim, causal, backward, head_dim_v=0):
+    # 2·(D + Dv) per visible pair (bench/RESULTS.md's counting rules): 4·D when Dv = D.
+    pair = 2.0 * (head_dim + (head_dim_v or head_dim))
+    forward = pair * batch * heads * seqlen * seqlen / (2 if causal else 1)
     return forward * (BACKWARD_WORK if backward else 1.0)
 
 
@@ -133,7 +135,8 @@ def time_torch(args, name, batch, heads, seqlen, head_dim, causal, timer):
     q = torch.randn(batch, heads, seqlen, head_dim, device=device, dtype=DTYPES[args.dtype],
                     requires_grad=grad)
     k = torch.randn_like(q, requires_grad=grad)
-    v = torch.randn_like(q, requires_grad=grad)
+    v = torch.randn(batch, heads, seqlen, args.head_dim_v or head_dim, device=device,
+                    dtype=DTYPES[args.dtype], requires_grad=grad)
     with torch_kernel(device, name):
         if not grad:
             return timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
@@ -153,6 +156,8 @@ def run_ours(args, head_dim, causal, batch, heads):
                "--iters", str(args.iters), "--check-budget", str(args.check_budget),
                "--json", out]
         cmd += ["--batch", str(batch)] if batch else ["--tokens", str(FA_TOKENS)]
+        if args.head_dim_v:
+            cmd += ["--head-dim-v", str(args.head_dim_v)]
         if causal:
             cmd.append("--causal")
         if args.backward:
@@ -343,6 +348,9 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("--head-dim", type=int, nargs="+", default=None,
                    help="default: 64 128 (prefill), 128 (decode)")
+    p.add_argument("--head-dim-v", type=int, default=0,
+                   help="head dim of v and o (0: each --head-dim); DeepSeek's shape: "
+                        "--head-dim 192 --head-dim-v 128")
     p.add_argument("--seqlen", type=int, nargs="+", default=[1024, 4096, 16384])
     p.add_argument("--batch", type=int, nargs="+", default=None,
                    help="prefill, one value: 0 = GPU 16384 // seqlen, CPU 1; "
@@ -404,7 +412,8 @@ def main():
                 batch = mine["batch"]
                 row = dict(head_dim=head_dim, seqlen=seqlen, batch=batch, heads=heads,
                            causal=causal, ours=mine)
-                work = flops(batch, heads, seqlen, head_dim, causal, args.backward)
+                work = flops(batch, heads, seqlen, head_dim, causal, args.backward,
+                             args.head_dim_v)
                 for name in torch_names:
                     print(f"torch {name} D={head_dim} S={seqlen} causal={causal}",
                           file=sys.stderr, flush=True)
@@ -433,7 +442,8 @@ def main():
     for r in results:
         mine = r["ours"]
         ok = mine["status"] == "ok"
-        cells = [str(r["head_dim"]), str(r["seqlen"]), str(r["batch"]), str(r["heads"]),
+        dims = str(r["head_dim"]) + (f"/{args.head_dim_v}" if args.head_dim_v else "")
+        cells = [dims, str(r["seqlen"]), str(r["batch"]), str(r["heads"]),
                  "yes" if r["causal"] else "no",
                  rate.format(mine["tflops"]) if ok else mine["status"][:60]]
         for name in torch_names:
