@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_inputs.cuh"
 #include "module_loader.hpp"
 
 namespace {
@@ -224,28 +225,13 @@ bool run_case(const flash_backend_module* m, const Case& c, std::mt19937& rng) {
 // overlapping grids take each other's tiles (unwritten outputs).
 bool per_thread_streams(const flash_backend_module* m) {
   constexpr int kThreads = 4, kRepeats = 20, B = 2, S = 1024, H = 8, D = 128;
-  flash_problem p{};
-  p.batch = B;
-  p.seqlen_q = p.seqlen_kv = S;
-  p.heads_q = p.heads_kv = H;
-  p.head_dim = p.head_dim_v = D;
-  p.dtype = FLASH_BF16;
-  p.scale = 1.f / std::sqrt((float)D);
-  p.window_left = p.window_right = -1;
-  for (int64_t* st : {p.q_stride, p.k_stride, p.v_stride, p.o_stride}) {
-    st[2] = D;
-    st[1] = (int64_t)H * D;
-    st[0] = (int64_t)S * H * D;
-  }
+  flash_problem p = packed_problem(B, S, H, D, FLASH_BF16, false, nullptr);
   p.stream = cudaStreamPerThread;
   const size_t elems = (size_t)B * S * H * D, bytes = elems * 2;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  std::vector<__nv_bfloat16> host(3 * elems);
-  for (auto& x : host) x = __float2bfloat16(nd(rng));
-  void* in = nullptr;
+  void* in = nullptr;  // q, k, v
   cudaMalloc(&in, 3 * bytes);
-  cudaMemcpy(in, host.data(), 3 * bytes, cudaMemcpyHostToDevice);
+  fill_random<<<1024, 256>>>(in, 3 * elems, 7, FLASH_BF16);
+  cudaDeviceSynchronize();
   const char* q = static_cast<const char*>(in);
   const auto forward = [&](void* out, std::vector<unsigned char>& result) {
     cudaMemsetAsync(out, 0xFF, bytes, cudaStreamPerThread);  // NaN in bf16
