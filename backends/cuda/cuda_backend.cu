@@ -65,9 +65,23 @@ int tile_dim(const flash_problem& p) {
   return kTileDims[sizeof kTileDims / sizeof kTileDims[0] - 1];
 }
 
+// The Hopper forward's tile head dim: the smallest of its widths (64, 128, 256) that holds
+// both dims. Problems between them (96, 160, 192, DeepSeek's 192 / 128) run there with
+// zero columns rather than on the mma.sync kernel of their own width: at D = 96 that kernel
+// ran at 0.55-0.64 of cuDNN, below torch's FlashAttention-2 (bench/RESULTS.md, session 11),
+// where the 128-wide wgmma tile does 4/3 of the work at ~1.7x the rate.
+int wgmma_tile_dim(const flash_problem& p) {
+  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  return need <= 64 ? 64 : need <= 128 ? 128 : 256;
+}
+
+// The forward's tile head dim on the kernel that runs it.
+int fwd_tile_dim(const flash_problem& p, bool wgmma) {
+  return wgmma ? wgmma_tile_dim(p) : tile_dim(p);
+}
+
 // " (head_dim 48 on the 64-wide tile)" when the tile is wider than the problem's dims.
-std::string padding_note(const flash_problem& p) {
-  const int dim = tile_dim(p);
+std::string padding_note(const flash_problem& p, int dim) {
   if (p.head_dim == dim && p.head_dim_v == dim) return "";
   std::string dims = "head_dim " + std::to_string(p.head_dim);
   if (p.head_dim_v != p.head_dim) dims += "/" + std::to_string(p.head_dim_v);
@@ -81,16 +95,16 @@ bool fwd_forced_mma() {
 }
 
 // The Hopper forward (fwd_wgmma_kernel.cuh): sm_90a code built, a compute capability
-// 9.0 device, f16/bf16 on a 64-, 128- or 256-wide tile, dense or packed batches and cache
+// 9.0 device, f16/bf16 with head dims 33-256 (wgmma_tile_dim), dense or packed batches and cache
 // lengths, not problems without keys (seqlen_kv = 0: k and v may be null, and a tensor
 // map needs a tensor). FLASH_CUDA_FWD=mma forces the mma.sync kernels (what sm_80 runs;
 // fwd_forced_mma).
 bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
   const bool forced_mma = fwd_forced_mma();
 #ifdef FLASHATTN_CUDA_SM90A
-  const int dim = tile_dim(p);
-  return p.dtype != FLASH_F32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 &&
-         cc_minor == 0 && p.seqlen_kv > 0 && !forced_mma;
+  // Head dims up to 32 keep their 32-wide mma.sync tile (half of the 64-wide one unused).
+  return p.dtype != FLASH_F32 && tile_dim(p) > 32 && cc_major == 9 && cc_minor == 0 &&
+         p.seqlen_kv > 0 && !forced_mma;
 #else
   (void)p, (void)cc_major, (void)cc_minor, (void)forced_mma;
   return false;
@@ -139,7 +153,7 @@ void validate_switches() {
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
-  const int dim = tile_dim(p);
+  const int dim = fwd_tile_dim(p, wgmma);
   std::string name;
   if (wgmma)
     name = dim == 64    ? FwdWgmmaConfig<64>::kName
@@ -166,11 +180,11 @@ std::string fwd_config_name(const flash_problem& p, bool wgmma) {
   std::string sequences;
   if (p.cu_seqlens_q || p.cu_seqlens_kv) sequences += " packed";
   if (p.seqlens_kv) sequences += " cache-lengths";
-  return name + " " + dtype_name(p.dtype) + sequences + padding_note(p);
+  return name + " " + dtype_name(p.dtype) + sequences + padding_note(p, dim);
 }
 
 int fwd_smem_bytes(const flash_problem& p, bool wgmma) {
-  if (wgmma) switch (tile_dim(p)) {
+  if (wgmma) switch (wgmma_tile_dim(p)) {
       case 64:
         return FwdWgmmaDerived<FwdWgmmaConfig<64>>::kSmemBytes;
       case 128:
@@ -476,7 +490,7 @@ struct CudaBackend {
       const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
       const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) +
                                (p.cu_seqlens_q || p.cu_seqlens_kv ? " packed" : "") +
-                               padding_note(p);
+                               padding_note(p, dim);
       if (smem > d.smem_optin)
         return Choice::decline("cuda backend: backward tile config " + name + " needs " +
                                std::to_string(smem) + " bytes of shared memory, device " + d.name +
@@ -585,8 +599,8 @@ struct CudaBackend {
       staging.finish();
       return;
     }
-    const int dim = tile_dim(p);
     f.wgmma = fwd_wgmma_usable(p, device.major, device.minor);
+    const int dim = fwd_tile_dim(p, f.wgmma);
     // The persistent Hopper forward's tile counter (held until the launch is enqueued).
     LockedBuffer tile_counter;
     if (f.wgmma && fwd_wgmma_persistent()) {
