@@ -45,9 +45,9 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -128,32 +128,46 @@ struct BwdKvDerived {
 // or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
 // (dK, dV: D/2 each per thread). kOverlap: step i−1's dV/dK/dQᵀ products run while step i's
 // element-wise phase does (Pᵀ/dSᵀ through shared tiles; a third Q/dO stage: fits the shared
-// memory with 64-query tiles at D = 64, not at D = 128).
+// memory with 64-query tiles at D = 64, not at D = 128). kDqWarp: one more warpgroup (after
+// the MMA ones) whose first warp hands each step's dQ partial to the copy engine, in turn
+// in the ordered mode, so that no MMA warp waits for another block's add. Registers are
+// per warpgroup: it gives its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get
+// kBwdMmaRegs each, fewer than the 255 (+ spills) D = 128 uses today.
 template <int kDim>
 struct BwdWgmmaConfig;
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
+// setmaxnreg budgets with the dQ warpgroup: the block starts at 65536 / 384 = 168 per
+// thread; what the dQ warpgroup gives back is exactly what the two MMA warpgroups take.
+constexpr int kBwdDqWarpRegs = 24, kBwdMmaRegs = 240;
+static_assert(2 * 128 * (kBwdMmaRegs - 168) == 128 * (168 - kBwdDqWarpRegs),
+              "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
+#define FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP, DQWARP)                                   \
   template <>                                                                                      \
   struct BwdWgmmaConfig<D> {                                                                       \
     static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;             \
     static constexpr int kMinBlocks = MINB;                                                        \
-    static constexpr bool kOverlap = OVERLAP;                                                      \
-    static constexpr const char* kName = OVERLAP ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB  \
-                                                   "_overlap"                                      \
-                                                 : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
+    static constexpr bool kOverlap = OVERLAP, kDqWarp = DQWARP;                                    \
+    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + (DQWARP ? 128 : 0);      \
+    static constexpr const char* kName =                                                           \
+        OVERLAP ? (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap_dqwarp"                   \
+                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap")                         \
+                : (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_dqwarp"                           \
+                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB));                                   \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
 // measured 1.05x over the serial one (tune set 5); at D = 128 it needs 32-query tiles
 // (shared memory) and measured 0.8x.
 #ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true, true
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
+#undef FLASH_BWD_WGMMA_NAME
 #undef FLASH_BWD_CONFIG_X
 
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
@@ -176,7 +190,10 @@ struct BwdWgmmaLayout {
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
   // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
   static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
-  static constexpr int kSmemBytes = kDq + kDqStages * BQ * kDqRowFloats * 4 + 1024;
+  // The dQ warp's mbarriers (C::kDqWarp): per staging tile "full" (every MMA warp wrote its
+  // part) and "empty" (the copy engine read it).
+  static constexpr int kBars = kDq + kDqStages * BQ * kDqRowFloats * 4;
+  static constexpr int kSmemBytes = kBars + 2 * kDqStages * 8 + 1024;
   static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
   static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");

@@ -37,9 +37,13 @@
 #include <type_traits>
 
 #include "bwd_kv_kernel.cuh"
+#include "tma_ops.cuh"
 #include "wgmma_ops.cuh"
 
 namespace flash::cuda {
+
+// Named barrier of the MMA warps when the dQ warp runs apart (0 is __syncthreads').
+constexpr int kBwdMmaBarrier = 1;
 
 // ---- ordered dQ accumulation (deterministic mode) ---------------------------------------
 // Adds into query tile t happen in a fixed order: block j waits until the tile's counter
@@ -86,14 +90,16 @@ __device__ __forceinline__ void bulk_wait_complete() {
 }
 
 template <class T, class C, bool kSoftcap>
-__global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
                      const float* __restrict__ delta, int rows_pad) {
 #if FLASH_WGMMA_AVAILABLE
   using L = BwdWgmmaLayout<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
-  constexpr int kThreads = C::kWarpGroups * 128, kChunks = D / 8;
-  constexpr bool kOverlap = C::kOverlap;
+  // kThreads: the MMA warpgroups' threads (they load the tiles); the dQ warp (C::kDqWarp)
+  // comes after them.
+  constexpr int kThreads = C::kMmaThreads, kChunks = D / 8;
+  constexpr bool kOverlap = C::kOverlap, kDqWarp = C::kDqWarp;
   // dQᵀ (D x BQ) is shared out over the warpgroups by 64-row halves of D or, when there
   // are fewer halves than warpgroups (D = 64), by column halves: warpgroup wg then owns
   // queries wg·kDqN...
@@ -116,6 +122,24 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   unsigned char* const smem = smem_raw + (base - raw);
   const uint32_t sK = base + L::kK, sV = base + L::kV;
   float* const dq_stage = reinterpret_cast<float*>(smem + L::kDq);
+  // The dQ warp's barriers, per staging tile: full (kThreads arrivals: written and fenced),
+  // empty (the dQ thread's arrival: the copy engine has read it).
+  auto dq_full = [&](int st) { return base + L::kBars + 8 * st; };
+  auto dq_empty = [&](int st) { return base + L::kBars + 8 * (L::kDqStages + st); };
+  if (kDqWarp && threadIdx.x == 0) {
+    for (int st = 0; st < L::kDqStages; ++st) {
+      mbar_init(dq_full(st), kThreads);
+      mbar_init(dq_empty(st), 1);
+    }
+    mbar_init_fence();  // before the first __syncthreads below
+  }
+  // The MMA warps' barrier: the whole block, or only them when the dQ warp runs apart.
+  auto mma_sync = [&] {
+    if constexpr (kDqWarp)
+      named_barrier_sync(kBwdMmaBarrier, kThreads);
+    else
+      __syncthreads();
+  };
 
   const FwdParams& f = p.f;
   const int group = f.group;
@@ -144,6 +168,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   // that one waits for its turn (the add, issued a step ago, has normally completed).
   unsigned* unreleased = nullptr;
   auto issue_pending = [&] {
+    if constexpr (kDqWarp) return;  // the dQ warp hands the tiles over
     if (tid == 0 && pending_dst != nullptr) {
       if (p.dq_ordered) {
         if (unreleased != nullptr) {
@@ -209,6 +234,7 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
   auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
 
   auto load_step = [&](Tile t) {
+    if (kDqWarp && tid >= kThreads) return;
     const int head = t.head, q0 = t.q0;
     const uint32_t st = stage_q(t.step);
     load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
@@ -352,6 +378,9 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     const int head = t.head, q0 = t.q0;
     const int dq_st = t.step % L::kDqStages;
     float* const stg = dq_stage + dq_st * kDqTile;
+    // Use n = step / kDqStages of this tile waits for the copy engine's read of use n − 1
+    // (a fresh barrier passes parity 1 at once).
+    if constexpr (kDqWarp) mbar_wait(dq_empty(dq_st), ((t.step / L::kDqStages) & 1) ^ 1);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
@@ -361,6 +390,10 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
           stg[(q_first + 8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * half(i) + wwarp * 16 + g +
               (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
     bulk_fence_writes();
+    if constexpr (kDqWarp) {
+      mbar_arrive(dq_full(dq_st));
+      return;
+    }
     pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
     pending_stage = dq_st;
     if (p.dq_ordered && tid == 0) {
@@ -397,15 +430,17 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     }
   };
   if (steps == 0) {  // no query row sees these keys: zero gradients (block-uniform exit)
-    store_dk_dv();
+    if (tid < kThreads) store_dk_dv();
     return;
   }
 
   const int first_pos = rotate ? kv_block * rot_d : 0;
   const Tile first{0, kv_head * group + first_pos / tiles_per_head,
                    (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ, first_pos};
-  load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
-  load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+  if (tid < kThreads) {
+    load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
+    load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+  }
   load_step(first);
   cp_async_commit();
   // A NaN or inf in this block's K: bwd_ops.cuh, "Non-finite keys" (once per block).
@@ -418,6 +453,43 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     fence_proxy_async_smem();  // the products read sK / sV through the async proxy
     __syncthreads();
   }
+  // The dQ warp: takes each step's staging tile once the MMA warps have written it, adds
+  // it into the slice with the copy engine (ordered mode: when the tile's counter says
+  // it is this block's turn), frees the tile once read and releases the counter once the
+  // add has completed. It walks the same tiles as the MMA warps (next_tile).
+  if constexpr (kDqWarp) {
+    static_assert(C::kWarpGroups == 2 && C::kMinBlocks == 1, "the setmaxnreg budgets");
+    if (tid >= kThreads) {
+      warpgroup_reg_dealloc<kBwdDqWarpRegs>();
+      if (tid != kThreads) return;
+      Tile t = first;
+      for (int step = 0; step < steps; ++step, t = next_tile(t)) {
+        const int st = step % L::kDqStages;
+        float* const dst = dq_slice + ((int64_t)t.head * rows_pad + t.q0) * kDqRow;
+        unsigned* counter = nullptr;
+        unsigned rank = 0, seen = 0;
+        if (p.dq_ordered) {
+          const int64_t tile = (batch * f.heads_q + t.head) * (rows_pad / BQ) + t.q0 / BQ;
+          const KeyRange keys = visible_keys(mask, t.q0, min(t.q0 + BQ, sq) - 1);
+          counter = p.dq_counters + tile;
+          rank = (unsigned)(rotate ? rotated_rank(t.pos) : kv_block - keys.begin / BK);
+          seen = load_counter(counter);
+        }
+        mbar_wait(dq_full(st), (step / L::kDqStages) & 1);
+        if (p.dq_ordered) wait_counter(counter, rank, seen);
+        bulk_reduce_add(dst, smem_addr(dq_stage + st * kDqTile), kDqTile * 4);
+        bulk_wait_read<0>();
+        mbar_arrive(dq_empty(st));
+        if (p.dq_ordered) {
+          bulk_wait_complete<0>();
+          release_counter(counter);
+        }
+      }
+      bulk_wait_all();  // every add performed before the exit
+      return;
+    }
+    warpgroup_reg_alloc<kBwdMmaRegs>();
+  }
 
   // Start of a step: its stage (and the last step's shared tiles) visible to all, older
   // buffers free, the last dQ staging tile handed over (thread 0 may wait for its turn in
@@ -427,8 +499,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
     cp_async_wait<0>();
     fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
     // Overlapped order: the staging tile written in this step was handed over in the last.
-    if (kOverlap && tid == 0) bulk_wait_read<0>();
-    __syncthreads();
+    if (kOverlap && !kDqWarp && tid == 0) bulk_wait_read<0>();
+    mma_sync();
     issue_pending();
   };
   // The next step's stage, issued once this step's products are under way (its address
@@ -534,8 +606,8 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       // registers for dQᵀ (the register budget of D = 128).
       if constexpr (BQ > 32) wgmma_wait<0>();
       // The dQ staging tile written below was handed to the copy engine two steps ago.
-      if (tid == 0) bulk_wait_read<L::kDqStages - 1>();
-      __syncthreads();  // the whole dSᵀ tile is written
+      if (!kDqWarp && tid == 0) bulk_wait_read<L::kDqStages - 1>();
+      mma_sync();  // the whole dSᵀ tile is written
       dq_products(step, dq);
       wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
@@ -545,11 +617,13 @@ __global__ void __launch_bounds__(C::kWarpGroups * 128, C::kMinBlocks)
       cur = next_tile(cur);
     }
   }
-  __syncthreads();  // the last staging tile is complete
-  issue_pending();
-  if (tid == 0) {
-    bulk_wait_all();  // every add performed (and its shared source read) before the exit
-    if (unreleased != nullptr) release_counter(unreleased);
+  if constexpr (!kDqWarp) {
+    __syncthreads();  // the last staging tile is complete
+    issue_pending();
+    if (tid == 0) {
+      bulk_wait_all();  // every add performed (and its shared source read) before the exit
+      if (unreleased != nullptr) release_counter(unreleased);
+    }
   }
   wgmma_fence_operands(acc_dk);
   wgmma_fence_operands(acc_dv);
@@ -563,7 +637,7 @@ template <class T, class C>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
   launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
-      params, batch, C::kWarpGroups * 128, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad,
+      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad,
       stream);
 }
 

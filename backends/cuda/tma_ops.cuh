@@ -124,6 +124,10 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
 }
 
 // ---- named barriers -------------------------------------------------------------------
+// bar.sync over `threads` threads of the block on barrier `id` (0 is __syncthreads').
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // bar.sync / bar.red over `threads` threads of the block on barrier `id` (0 is
 // __syncthreads'). Returns whether `pred` held for any participating thread.
 __device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
