@@ -48,6 +48,9 @@ struct BwdKvConfig;
 #define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false, false
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6  // A/B: no dQ warp at 128, 4 dQ tiles at 64
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
+#define FLASH_BWD_WGMMA_DQ_STAGES_64 4
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -162,7 +165,12 @@ static_assert(2 * 128 * (kBwdMmaRegs - 168) == 128 * (168 - kBwdDqWarpRegs),
 #define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true, true
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, true
+#endif
+// dQ staging tiles at D = 64 (room for 4; D = 128 fits 2): with the dQ warp, how many steps
+// the MMA warps may run ahead of the ordered adds.
+#ifndef FLASH_BWD_WGMMA_DQ_STAGES_64
+#define FLASH_BWD_WGMMA_DQ_STAGES_64 2
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
@@ -189,7 +197,7 @@ struct BwdWgmmaLayout {
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
   // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
-  static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
+  static constexpr int kDqRowFloats = D + 4, kDqStages = D == 64 ? FLASH_BWD_WGMMA_DQ_STAGES_64 : 2;
   // The dQ warp's mbarriers (C::kDqWarp): per staging tile "full" (every MMA warp wrote its
   // part) and "empty" (the copy engine read it).
   static constexpr int kBars = kDq + kDqStages * BQ * kDqRowFloats * 4;
