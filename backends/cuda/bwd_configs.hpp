@@ -48,9 +48,8 @@ struct BwdKvConfig;
 #define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false, false
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6  // A/B: no dQ warp at 128, 4 dQ tiles at 64
+#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6  // no dQ warpgroup at D = 128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
-#define FLASH_BWD_WGMMA_DQ_STAGES_64 4
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -135,7 +134,8 @@ struct BwdKvDerived {
 // the MMA ones) whose first warp hands each step's dQ partial to the copy engine, in turn
 // in the ordered mode, so that no MMA warp waits for another block's add. Registers are
 // per warpgroup: it gives its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get
-// kBwdMmaRegs each, fewer than the 255 (+ spills) D = 128 uses today.
+// kBwdMmaRegs each (D = 128 then spills 28 bytes, 44 at 255 without it). Measured
+// 2026-11-26 (H100, deterministic): +4-16 % at D = 64, +0-5 % at D = 128 (tune set 6).
 template <int kDim>
 struct BwdWgmmaConfig;
 // setmaxnreg budgets with the dQ warpgroup: the block starts at 65536 / 384 = 168 per
@@ -144,18 +144,18 @@ constexpr int kBwdDqWarpRegs = 24, kBwdMmaRegs = 240;
 static_assert(2 * 128 * (kBwdMmaRegs - 168) == 128 * (168 - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
 #define FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP, DQWARP)                                   \
-  template <>                                                                                      \
-  struct BwdWgmmaConfig<D> {                                                                       \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;             \
-    static constexpr int kMinBlocks = MINB;                                                        \
-    static constexpr bool kOverlap = OVERLAP, kDqWarp = DQWARP;                                    \
-    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + (DQWARP ? 128 : 0);      \
-    static constexpr const char* kName =                                                           \
-        OVERLAP ? (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap_dqwarp"                   \
-                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap")                         \
-                : (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_dqwarp"                           \
-                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB));                                   \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP, DQWARP)                              \
+  template <>                                                                                 \
+  struct BwdWgmmaConfig<D> {                                                                  \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;        \
+    static constexpr int kMinBlocks = MINB;                                                   \
+    static constexpr bool kOverlap = OVERLAP, kDqWarp = DQWARP;                               \
+    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + (DQWARP ? 128 : 0); \
+    static constexpr const char* kName =                                                      \
+        OVERLAP ? (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap_dqwarp"           \
+                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap")                 \
+                : (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_dqwarp"                   \
+                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB));                           \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
@@ -166,11 +166,6 @@ static_assert(2 * 128 * (kBwdMmaRegs - 168) == 128 * (168 - kBwdDqWarpRegs),
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, true
-#endif
-// dQ staging tiles at D = 64 (room for 4; D = 128 fits 2): with the dQ warp, how many steps
-// the MMA warps may run ahead of the ordered adds.
-#ifndef FLASH_BWD_WGMMA_DQ_STAGES_64
-#define FLASH_BWD_WGMMA_DQ_STAGES_64 2
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
@@ -197,7 +192,9 @@ struct BwdWgmmaLayout {
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
   // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
-  static constexpr int kDqRowFloats = D + 4, kDqStages = D == 64 ? FLASH_BWD_WGMMA_DQ_STAGES_64 : 2;
+  // Two dQ staging tiles: the MMA warps may run one step ahead of the copy engine's read
+  // (four at D = 64 measured the same as two, 2026-11-26).
+  static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
   // The dQ warp's mbarriers (C::kDqWarp): per staging tile "full" (every MMA warp wrote its
   // part) and "empty" (the copy engine read it).
   static constexpr int kBars = kDq + kDqStages * BQ * kDqRowFloats * 4;

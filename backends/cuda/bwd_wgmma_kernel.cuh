@@ -22,13 +22,19 @@
 // One block per key block; all blocks add into one f32 dQ accumulator (bwd_dq_convert
 // scales and converts it). Deterministic mode: the adds into each query tile happen in a
 // fixed order (per-tile counters, below): key-block order under a mask band, arrival order
-// of staggered walks without one.
+// of staggered walks without one. With C::kDqWarp (both head dims) a warpgroup after the
+// MMA ones gives its registers away and one of its threads does the hand-over: it waits
+// for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile
+// ("empty") once read and releases the counter once the add completed; the MMA warps
+// then never wait for another block and sync among themselves on a named barrier.
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic, S = 1k-16k): D = 64 179-356
-// TFLOP/s, 1.16-1.33x torch's FlashAttention-2 backward; D = 128 218-462, 1.40-1.71x
-// (bench/RESULTS.md, "cuda backward, 2026-11-22 (3)").
+// Measured (H100, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside
+// torch in one call, 2026-11-26): D = 64 326 / 379 / 339 TFLOP/s = 0.86 / 0.87 / 0.78 of
+// cuDNN, causal 190 / 324 / 363 = 0.70 / 0.82 / 0.87; D = 128 393 / 414 / 468 = 0.88 /
+// 0.80 / 0.90, causal 203 / 403 / 412 = 0.60 / 0.84 / 0.82; 1.1-1.5x torch's
+// FlashAttention-2 backward (bench/RESULTS.md, session 12).
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
@@ -637,8 +643,7 @@ template <class T, class C>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
   launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
-      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad,
-      stream);
+      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad, stream);
 }
 
 }  // namespace flash::cuda
