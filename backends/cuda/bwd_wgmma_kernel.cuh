@@ -55,9 +55,11 @@ constexpr int kBwdMmaBarrier = 1;
 // Adds into query tile t happen in a fixed order: block j waits until the tile's counter
 // equals its rank among the key blocks that see t, adds, and after the add has completed
 // increments the counter. Two orders:
-//  - key-block order (mask band: causal or window): every block walks from the last query
-//    tile; the grid has the key block slowest, so a block waits only for lower-numbered
-//    blocks of its head, dispatched earlier;
+//  - key-block order (mask band: causal or window, p.walk_up): every block walks upward
+//    from its first query tile and the adds into a tile go from the highest key block that
+//    sees it down; the grid has the key block slowest and dispatches the last key block
+//    first, so a block waits only for higher-numbered blocks of its head, dispatched
+//    earlier (and arriving at the tile about two steps earlier under a causal mask);
 //  - arrival order (no mask band, p.dq_rotate): the grid has the key block fastest (a
 //    head's blocks run side by side and share its tiles in L2) and a head has at most
 //    half as many key blocks as the GPU has SMs (all resident together); block i starts
@@ -219,16 +221,27 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     int step, head, q0, pos;  // pos: walk position
   };
   const int q0_last = (qt_begin + tiles_per_head - 1) * BQ;
+  const bool walk_up = p.walk_up;  // (kernel_params.hpp; never with rotate)
   auto next_tile = [&](Tile t) {
     ++t.step;
     ++t.pos;
-    t.q0 -= BQ;
-    if (t.q0 < qt_begin * BQ) {
-      t.q0 = q0_last;
+    t.q0 += walk_up ? BQ : -BQ;
+    if (t.q0 < qt_begin * BQ || t.q0 > q0_last) {
+      t.q0 = walk_up ? qt_begin * BQ : q0_last;
       ++t.head;
     }
     if (t.pos == steps) t = Tile{t.step, kv_head * group, q0_last, 0};
     return t;
+  };
+  // Ordered mode: the counter of tile t and this block's rank among the key blocks that
+  // add into it (the order they reach it in: see "ordered dQ accumulation" above).
+  auto dq_counter = [&](Tile t) {
+    return p.dq_counters + (batch * f.heads_q + t.head) * (rows_pad / BQ) + t.q0 / BQ;
+  };
+  auto dq_rank = [&](Tile t) -> unsigned {
+    if (rotate) return rotated_rank(t.pos);
+    const KeyRange keys = visible_keys(mask, t.q0, min(t.q0 + BQ, sq) - 1);
+    return walk_up ? (keys.end - 1) / BK - kv_block : kv_block - keys.begin / BK;
   };
   // Shared buffers of a step: Q / dO / lse / Δ stage, dSᵀ tile.
   auto stage_q = [&](int step) { return base + L::kStage + (step % L::kStages) * L::kStageBytes; };
@@ -403,10 +416,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
     pending_stage = dq_st;
     if (p.dq_ordered && tid == 0) {
-      const int64_t tile = (batch * f.heads_q + head) * (rows_pad / BQ) + q0 / BQ;
-      const KeyRange keys = visible_keys(mask, q0, min(q0 + BQ, sq) - 1);
-      pending_counter = p.dq_counters + tile;
-      pending_rank = (unsigned)(rotate ? rotated_rank(t.pos) : kv_block - keys.begin / BK);
+      pending_counter = dq_counter(t);
+      pending_rank = dq_rank(t);
       pending_seen = load_counter(pending_counter);
     }
   };
@@ -441,8 +452,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   }
 
   const int first_pos = rotate ? kv_block * rot_d : 0;
-  const Tile first{0, kv_head * group + first_pos / tiles_per_head,
-                   (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ, first_pos};
+  const Tile first{
+      0, kv_head * group + first_pos / tiles_per_head,
+      walk_up ? qt_begin * BQ : (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ,
+      first_pos};
   if (tid < kThreads) {
     load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
     load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
@@ -475,10 +488,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         unsigned* counter = nullptr;
         unsigned rank = 0, seen = 0;
         if (p.dq_ordered) {
-          const int64_t tile = (batch * f.heads_q + t.head) * (rows_pad / BQ) + t.q0 / BQ;
-          const KeyRange keys = visible_keys(mask, t.q0, min(t.q0 + BQ, sq) - 1);
-          counter = p.dq_counters + tile;
-          rank = (unsigned)(rotate ? rotated_rank(t.pos) : kv_block - keys.begin / BK);
+          counter = dq_counter(t);
+          rank = dq_rank(t);
           seen = load_counter(counter);
         }
         mbar_wait(dq_full(st), (step / L::kDqStages) & 1);

@@ -707,8 +707,8 @@ struct CudaBackend {
     b.dq_ordered = plan.ordered;
     // wgmma kernel: the key blocks of a head side by side (they share its Q, dO and dQ
     // tiles in L2: 1.3x at S = 2048), except in the ordered mode under a mask band, where
-    // blocks starting together would queue behind each other at every tile (there the key
-    // block is slowest in the grid and a head's blocks start a wave apart). Without a mask
+    // a block may wait only for blocks dispatched before it (there the key block is
+    // slowest in the grid, the last one first: walk_up below). Without a mask
     // band the ordered adds follow arrival order when a head's key blocks all fit on the
     // GPU at once with room to spare (sms / 2: other streams' kernels may hold SMs). The
     // atomic mode walks the same way (its dK and dV then equal the ordered mode's bitwise).
@@ -717,6 +717,7 @@ struct CudaBackend {
     // sequence's), and rotated ranks assume every block of the head takes part.
     b.dq_rotate = b.wgmma && !b.f.mask.bounded && plan.splits <= device.sms / 2 &&
                   !flash::detail::has_sequence_arrays(p);
+    b.walk_up = b.wgmma && b.f.mask.bounded;
     b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
     // The dQ slices and the counters behind them start at zero (f32: none).
     const int64_t dq_words = plan.slices * plan.slice_floats + plan.counters;

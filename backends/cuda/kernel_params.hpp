@@ -88,6 +88,13 @@ struct BwdParams {
   // (bwd_wgmma_kernel.cuh); else every block walks from the last tile and adds in
   // key-block order.
   bool dq_rotate;
+  // Mask band (wgmma kernel): each key block walks its query tiles upward from its first
+  // one. In the ordered mode a tile's adds then go from the highest key block that sees it
+  // down, and the grid (key block slowest) dispatches the key blocks from the last one, so
+  // a block waits only for blocks dispatched before it, each about two steps ahead: no
+  // chain of waits at the start (walking down from the shared last tile, block j waited
+  // for j adds in turn).
+  bool walk_up;
 };
 
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.
