@@ -89,11 +89,12 @@ struct BwdParams {
   // key-block order.
   bool dq_rotate;
   // Mask band (wgmma kernel): each key block walks its query tiles upward from its first
-  // one. In the ordered mode a tile's adds then go from the highest key block that sees it
-  // down, and the grid (key block slowest) dispatches the key blocks from the last one, so
-  // a block waits only for blocks dispatched before it, each about two steps ahead: no
-  // chain of waits at the start (walking down from the shared last tile, block j waited
-  // for j adds in turn).
+  // one, and the grid dispatches a head's key blocks from the last one. In the ordered mode
+  // a tile's adds go from the highest key block that sees it down: a block waits only for
+  // blocks dispatched before it, each about two steps ahead under a causal mask, so a
+  // head's blocks can run side by side (sharing its tiles in L2) without the chain of
+  // turn waits that walking down from the shared last tile made (block j waited for j
+  // adds in turn, so the ordered mode put the key block slowest in the grid instead).
   bool walk_up;
 };
 
