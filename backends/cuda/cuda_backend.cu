@@ -706,12 +706,11 @@ struct CudaBackend {
     b.dq_exclusive = p.nondeterministic == 0 && !plan.ordered;
     b.dq_ordered = plan.ordered;
     // wgmma kernel: the key blocks of a head side by side (they share its Q, dO and dQ
-    // tiles in L2: 1.3x at S = 2048); under a mask band the last one first, each walking
-    // upward (walk_up below: a block then waits only for blocks dispatched before it).
-    // Without a mask
-    // band the ordered adds follow arrival order when a head's key blocks all fit on the
-    // GPU at once with room to spare (sms / 2: other streams' kernels may hold SMs). The
-    // atomic mode walks the same way (its dK and dV then equal the ordered mode's bitwise).
+    // tiles in L2: 1.3x at S = 2048); under a mask band each walks upward (walk_up below).
+    // Without a mask band the ordered adds follow arrival order when a head's key blocks
+    // all fit on the GPU at once with room to spare (sms / 2: other streams' kernels may
+    // hold SMs). The atomic mode walks the same way (its dK and dV then equal the ordered
+    // mode's bitwise).
     b.grid_kv_fastest = b.wgmma;
     // Packed batches: a sequence's key blocks are fewer than the launch's (the longest
     // sequence's), and rotated ranks assume every block of the head takes part.

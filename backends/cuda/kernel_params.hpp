@@ -89,12 +89,14 @@ struct BwdParams {
   // key-block order.
   bool dq_rotate;
   // Mask band (wgmma kernel): each key block walks its query tiles upward from its first
-  // one, and the grid dispatches a head's key blocks from the last one. In the ordered mode
+  // one. In the ordered mode the grid dispatches a head's key blocks from the last one and
   // a tile's adds go from the highest key block that sees it down: a block waits only for
   // blocks dispatched before it, each about two steps ahead under a causal mask, so a
   // head's blocks can run side by side (sharing its tiles in L2) without the chain of
   // turn waits that walking down from the shared last tile made (block j waited for j
-  // adds in turn, so the ordered mode put the key block slowest in the grid instead).
+  // adds in turn, so the ordered mode used to put the key block slowest in the grid).
+  // The atomic mode walks the same way (its dK, dV equal the ordered mode's bitwise) but
+  // dispatches the first key block first (the longest walk under a causal mask).
   bool walk_up;
 };
 
