@@ -31,10 +31,10 @@
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H100, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside
-// torch in one call, 2026-11-26): D = 64 326 / 379 / 339 TFLOP/s = 0.86 / 0.87 / 0.78 of
-// cuDNN, causal 190 / 324 / 363 = 0.70 / 0.82 / 0.87; D = 128 393 / 414 / 468 = 0.88 /
-// 0.80 / 0.90, causal 203 / 403 / 412 = 0.60 / 0.84 / 0.82; 1.1-1.5x torch's
-// FlashAttention-2 backward (bench/RESULTS.md, session 12).
+// torch in one call, 2026-11-26): D = 64 328 / 385 / 344 TFLOP/s = 0.85 / 0.90 / 0.78 of
+// cuDNN, causal 262 / 353 / 376 = 0.92 / 0.89 / 0.89; D = 128 404 / 413 / 477 = 0.94 /
+// 0.80 / 0.89, causal 290 / 404 / 411 = 0.82 / 0.82 / 0.83; 1.3-1.7x torch's
+// FlashAttention-2 backward (bench/RESULTS.md, session 12, walk up).
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
