@@ -66,7 +66,8 @@ constexpr int kBwdMmaBarrier = 1;
 //    its walk i·d positions further (d = steps / key blocks), so the blocks reach each
 //    tile d steps apart, and rank = arrival order (rotated_rank). A block then waits only
 //    for blocks that reached the tile at an earlier step, which release before they wait
-//    themselves (issue_pending), so the waits never form a cycle.
+//    themselves (issue_pending, or the dQ warp: each counter once its add completed), so
+//    the waits never form a cycle.
 // A spin limit traps instead of hanging if that ever fails.
 // The counter is read one step ahead (load_counter, relaxed: nothing waits on it until it
 // is compared), so the common case costs no round trip. Ordering of the adds themselves:
