@@ -45,11 +45,9 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false, false
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 6  // no dQ warpgroup at D = 128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -130,12 +128,12 @@ struct BwdKvDerived {
 // or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
 // (dK, dV: D/2 each per thread). kOverlap: step i−1's dV/dK/dQᵀ products run while step i's
 // element-wise phase does (Pᵀ/dSᵀ through shared tiles; a third Q/dO stage: fits the shared
-// memory with 64-query tiles at D = 64, not at D = 128). kDqWarp: one more warpgroup (after
-// the MMA ones) whose first warp hands each step's dQ partial to the copy engine, in turn
-// in the ordered mode, so that no MMA warp waits for another block's add. Registers are
-// per warpgroup: it gives its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get
-// kBwdMmaRegs each (D = 128 then spills 28 bytes, 44 at 255 without it). Measured
-// 2026-11-26 (H100, deterministic): +4-16 % at D = 64, +0-5 % at D = 128 (tune set 6).
+// memory with 64-query tiles at D = 64, not at D = 128). One more warpgroup (after the MMA
+// ones) hands each step's dQ partial to the copy engine, in turn in the ordered mode, so
+// that no MMA warp waits for another block's add. Registers are per warpgroup: it gives
+// its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get kBwdMmaRegs each (D =
+// 128 then spills 28 bytes, 44 at 255 without it). Measured 2026-11-26 (H100,
+// deterministic): +4-16 % at D = 64, +0-5 % at D = 128 over thread 0 doing it.
 template <int kDim>
 struct BwdWgmmaConfig;
 // setmaxnreg budgets with the dQ warpgroup: the block starts at 65536 / 384 = 168 per
@@ -143,34 +141,30 @@ struct BwdWgmmaConfig;
 constexpr int kBwdDqWarpRegs = 24, kBwdMmaRegs = 240;
 static_assert(2 * 128 * (kBwdMmaRegs - 168) == 128 * (168 - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
-#define FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP, DQWARP)                              \
-  template <>                                                                                 \
-  struct BwdWgmmaConfig<D> {                                                                  \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;        \
-    static constexpr int kMinBlocks = MINB;                                                   \
-    static constexpr bool kOverlap = OVERLAP, kDqWarp = DQWARP;                               \
-    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + (DQWARP ? 128 : 0); \
-    static constexpr const char* kName =                                                      \
-        OVERLAP ? (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap_dqwarp"           \
-                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_overlap")                 \
-                : (DQWARP ? FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB) "_dqwarp"                   \
-                          : FLASH_BWD_WGMMA_NAME(D, WG, BQ, MINB));                           \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
+  template <>                                                                                      \
+  struct BwdWgmmaConfig<D> {                                                                       \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;             \
+    static constexpr int kMinBlocks = MINB;                                                        \
+    static constexpr bool kOverlap = OVERLAP;                                                      \
+    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */          \
+    static constexpr const char* kName = OVERLAP ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB  \
+                                                   "_overlap"                                      \
+                                                 : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
 // measured 1.05x over the serial one (tune set 5); at D = 128 it needs 32-query tiles
 // (shared memory) and measured 0.8x.
 #ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true, true
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, true
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 #undef FLASH_BWD_WGMMA_CONFIG
-#undef FLASH_BWD_WGMMA_NAME
 #undef FLASH_BWD_CONFIG_X
 
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
@@ -195,8 +189,8 @@ struct BwdWgmmaLayout {
   // Two dQ staging tiles: the MMA warps may run one step ahead of the copy engine's read
   // (four at D = 64 measured the same as two, 2026-11-26).
   static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
-  // The dQ warp's mbarriers (C::kDqWarp): per staging tile "full" (every MMA warp wrote its
-  // part) and "empty" (the copy engine read it).
+  // The dQ warpgroup's mbarriers: per staging tile "full" (every MMA warp wrote its part)
+  // and "empty" (the copy engine read it).
   static constexpr int kBars = kDq + kDqStages * BQ * kDqRowFloats * 4;
   static constexpr int kSmemBytes = kBars + 2 * kDqStages * 8 + 1024;
   static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),

@@ -22,11 +22,12 @@
 // One block per key block; all blocks add into one f32 dQ accumulator (bwd_dq_convert
 // scales and converts it). Deterministic mode: the adds into each query tile happen in a
 // fixed order (per-tile counters, below): key-block order under a mask band, arrival order
-// of staggered walks without one. With C::kDqWarp (both head dims) a warpgroup after the
-// MMA ones gives its registers away and one of its threads does the hand-over: it waits
-// for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile
-// ("empty") once read and releases the counter once the add completed; the MMA warps
-// then never wait for another block and sync among themselves on a named barrier.
+// of staggered walks without one. A warpgroup after the MMA ones gives its registers away
+// and one of its threads does the hand-over: it waits for a staging tile's "full"
+// mbarrier, for its turn, issues the bulk add, frees the tile ("empty") once read and
+// releases the counter once the add completed; the MMA warps never wait for another
+// block and sync among themselves on a named barrier (measured +4-16 % at D = 64, +0-5 %
+// at D = 128 over thread 0 of the MMA warps doing it, bench/RESULTS.md, session 12).
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
@@ -66,8 +67,8 @@ constexpr int kBwdMmaBarrier = 1;
 //    its walk i·d positions further (d = steps / key blocks), so the blocks reach each
 //    tile d steps apart, and rank = arrival order (rotated_rank). A block then waits only
 //    for blocks that reached the tile at an earlier step, which release before they wait
-//    themselves (issue_pending, or the dQ warp: each counter once its add completed), so
-//    the waits never form a cycle.
+//    themselves (the dQ warp releases each counter once its add completed), so the waits
+//    never form a cycle.
 // A spin limit traps instead of hanging if that ever fails.
 // The counter is read one step ahead (load_counter, relaxed: nothing waits on it until it
 // is compared), so the common case costs no round trip. Ordering of the adds themselves:
@@ -105,10 +106,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #if FLASH_WGMMA_AVAILABLE
   using L = BwdWgmmaLayout<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
-  // kThreads: the MMA warpgroups' threads (they load the tiles); the dQ warp (C::kDqWarp)
-  // comes after them.
+  // kThreads: the MMA warpgroups' threads (they load the tiles); the dQ warpgroup comes
+  // after them.
   constexpr int kThreads = C::kMmaThreads, kChunks = D / 8;
-  constexpr bool kOverlap = C::kOverlap, kDqWarp = C::kDqWarp;
+  constexpr bool kOverlap = C::kOverlap;
   // dQᵀ (D x BQ) is shared out over the warpgroups by 64-row halves of D or, when there
   // are fewer halves than warpgroups (D = 64), by column halves: warpgroup wg then owns
   // queries wg·kDqN...
@@ -135,20 +136,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // empty (the dQ thread's arrival: the copy engine has read it).
   auto dq_full = [&](int st) { return base + L::kBars + 8 * st; };
   auto dq_empty = [&](int st) { return base + L::kBars + 8 * (L::kDqStages + st); };
-  if (kDqWarp && threadIdx.x == 0) {
+  if (threadIdx.x == 0) {
     for (int st = 0; st < L::kDqStages; ++st) {
       mbar_init(dq_full(st), kThreads);
       mbar_init(dq_empty(st), 1);
     }
     mbar_init_fence();  // before the first __syncthreads below
   }
-  // The MMA warps' barrier: the whole block, or only them when the dQ warp runs apart.
-  auto mma_sync = [&] {
-    if constexpr (kDqWarp)
-      named_barrier_sync(kBwdMmaBarrier, kThreads);
-    else
-      __syncthreads();
-  };
+  // The MMA warps' barrier (the dQ warpgroup runs apart).
+  auto mma_sync = [&] { named_barrier_sync(kBwdMmaBarrier, kThreads); };
 
   const FwdParams& f = p.f;
   const int group = f.group;
@@ -166,31 +162,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
   const uint32_t wg_rows = wg * 64 * 128;     // its 64 key rows inside each K/V atom
   float* const dq_slice = p.dq_accum + batch * f.heads_q * (int64_t)rows_pad * kDqRow;
-  // The dQ partial of a step waits in its staging tile until the next barrier; then thread
-  // 0 hands it to the copy engine (ordered mode: in turn, see wait_counter) and releases
-  // the previous add's counter once that add has completed.
-  float* pending_dst = nullptr;
-  int pending_stage = 0;
-  unsigned* pending_counter = nullptr;
-  unsigned pending_rank = 0, pending_seen = 0;  // seen: the counter, read one step ahead
-  // Counter of the add issued one step earlier: released at the next hand-over, before
-  // that one waits for its turn (the add, issued a step ago, has normally completed).
-  unsigned* unreleased = nullptr;
-  auto issue_pending = [&] {
-    if constexpr (kDqWarp) return;  // the dQ warp hands the tiles over
-    if (tid == 0 && pending_dst != nullptr) {
-      if (p.dq_ordered) {
-        if (unreleased != nullptr) {
-          bulk_wait_complete<0>();  // the previous add has completed
-          release_counter(unreleased);
-        }
-        unreleased = pending_counter;
-        wait_counter(pending_counter, pending_rank, pending_seen);
-      }
-      bulk_reduce_add(pending_dst, smem_addr(dq_stage + pending_stage * kDqTile), kDqTile * 4);
-    }
-    pending_dst = nullptr;
-  };
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
 
@@ -254,7 +225,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
 
   auto load_step = [&](Tile t) {
-    if (kDqWarp && tid >= kThreads) return;
+    if (tid >= kThreads) return;  // the dQ warpgroup
     const int head = t.head, q0 = t.q0;
     const uint32_t st = stage_q(t.step);
     load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
@@ -393,14 +364,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   };
 
   // dQᵀ fragment (d = 64·half + 16·warp + g (+8), q = q_first + 8j + 2·tig (+1)) -> the
-  // staging tile [q][d]; it is handed to the copy engine after the next barrier.
+  // staging tile [q][d], then "full" for the dQ warpgroup, which hands it to the copy engine.
   auto stage_dq = [&](Tile t, float(&dq)[kHalves][kDqN / 2]) {
-    const int head = t.head, q0 = t.q0;
     const int dq_st = t.step % L::kDqStages;
     float* const stg = dq_stage + dq_st * kDqTile;
     // Use n = step / kDqStages of this tile waits for the copy engine's read of use n − 1
     // (a fresh barrier passes parity 1 at once).
-    if constexpr (kDqWarp) mbar_wait(dq_empty(dq_st), ((t.step / L::kDqStages) & 1) ^ 1);
+    mbar_wait(dq_empty(dq_st), ((t.step / L::kDqStages) & 1) ^ 1);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
@@ -410,17 +380,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           stg[(q_first + 8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * half(i) + wwarp * 16 + g +
               (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
     bulk_fence_writes();
-    if constexpr (kDqWarp) {
-      mbar_arrive(dq_full(dq_st));
-      return;
-    }
-    pending_dst = dq_slice + ((int64_t)head * rows_pad + q0) * kDqRow;
-    pending_stage = dq_st;
-    if (p.dq_ordered && tid == 0) {
-      pending_counter = dq_counter(t);
-      pending_rank = dq_rank(t);
-      pending_seen = load_counter(pending_counter);
-    }
+    mbar_arrive(dq_full(dq_st));
   };
 
   // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
@@ -477,7 +437,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // it into the slice with the copy engine (ordered mode: when the tile's counter says
   // it is this block's turn), frees the tile once read and releases the counter once the
   // add has completed. It walks the same tiles as the MMA warps (next_tile).
-  if constexpr (kDqWarp) {
+  {
     static_assert(C::kWarpGroups == 2 && C::kMinBlocks == 1, "the setmaxnreg budgets");
     if (tid >= kThreads) {
       warpgroup_reg_dealloc<kBwdDqWarpRegs>();
@@ -509,17 +469,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     warpgroup_reg_alloc<kBwdMmaRegs>();
   }
 
-  // Start of a step: its stage (and the last step's shared tiles) visible to all, older
-  // buffers free, the last dQ staging tile handed over (thread 0 may wait for its turn in
-  // the ordered mode). Kept out of the products' flight: a wgmma in flight across the
-  // divergent hand-over makes ptxas serialise the products.
+  // Start of a step: its stage (and the last step's shared tiles) visible to all MMA
+  // warps, older buffers free.
   auto begin_step = [&] {
     cp_async_wait<0>();
     fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
-    // Overlapped order: the staging tile written in this step was handed over in the last.
-    if (kOverlap && !kDqWarp && tid == 0) bulk_wait_read<0>();
     mma_sync();
-    issue_pending();
   };
   // The next step's stage, issued once this step's products are under way (its address
   // arithmetic then overlaps them).
@@ -623,8 +578,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
       // registers for dQᵀ (the register budget of D = 128).
       if constexpr (BQ > 32) wgmma_wait<0>();
-      // The dQ staging tile written below was handed to the copy engine two steps ago.
-      if (!kDqWarp && tid == 0) bulk_wait_read<L::kDqStages - 1>();
       mma_sync();  // the whole dSᵀ tile is written
       dq_products(step, dq);
       wgmma_commit();
@@ -633,14 +586,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(cur, dq);
       cur = next_tile(cur);
-    }
-  }
-  if constexpr (!kDqWarp) {
-    __syncthreads();  // the last staging tile is complete
-    issue_pending();
-    if (tid == 0) {
-      bulk_wait_all();  // every add performed (and its shared source read) before the exit
-      if (unreleased != nullptr) release_counter(unreleased);
     }
   }
   wgmma_fence_operands(acc_dk);
