@@ -21,13 +21,13 @@
 // element-wise phase is the critical path at D = 64.
 // One block per key block; all blocks add into one f32 dQ accumulator (bwd_dq_convert
 // scales and converts it). Deterministic mode: the adds into each query tile happen in a
-// fixed order (per-tile counters, below): key-block order under a mask band, arrival order
-// of staggered walks without one. A warpgroup after the MMA ones gives its registers away
-// and one of its threads does the hand-over: it waits for a staging tile's "full"
-// mbarrier, for its turn, issues the bulk add, frees the tile ("empty") once read and
-// releases the counter once the add completed; the MMA warps never wait for another
-// block and sync among themselves on a named barrier (measured +4-16 % at D = 64, +0-5 %
-// at D = 128 over thread 0 of the MMA warps doing it, bench/RESULTS.md, session 12).
+// fixed order (per-tile counters, below): key-block order (highest first, each block
+// walking its tiles upward) under a mask band, arrival order of staggered walks without one. A
+// warpgroup after the MMA ones gives its registers away and one of its threads does the hand-over:
+// it waits for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile
+// ("empty") once read and releases the counter once the add completed; the MMA warps never wait for
+// another block and sync among themselves on a named barrier (measured +4-16 % at D = 64, +0-5 % at
+// D = 128 over thread 0 of the MMA warps doing it, bench/RESULTS.md, session 12).
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
