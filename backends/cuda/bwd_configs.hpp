@@ -136,10 +136,12 @@ struct BwdKvDerived {
 // deterministic): +4-16 % at D = 64, +0-5 % at D = 128 over thread 0 doing it.
 template <int kDim>
 struct BwdWgmmaConfig;
-// setmaxnreg budgets with the dQ warpgroup: the block starts at 65536 / 384 = 168 per
-// thread; what the dQ warpgroup gives back is exactly what the two MMA warpgroups take.
+// setmaxnreg budgets with the dQ warpgroup: the block (two MMA warpgroups and it) starts at
+// 65536 / 384 registers per thread, rounded down to 8; what the dQ warpgroup gives back is
+// exactly what the two MMA warpgroups take.
 constexpr int kBwdDqWarpRegs = 24, kBwdMmaRegs = 240;
-static_assert(2 * 128 * (kBwdMmaRegs - 168) == 128 * (168 - kBwdDqWarpRegs),
+constexpr int kBwdLaunchRegs = 65536 / (3 * 128) / 8 * 8;
+static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
 #define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
   template <>                                                                                      \

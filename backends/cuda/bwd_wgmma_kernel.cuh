@@ -225,7 +225,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
 
   auto load_step = [&](Tile t) {
-    if (tid >= kThreads) return;  // the dQ warpgroup
     const int head = t.head, q0 = t.q0;
     const uint32_t st = stage_q(t.step);
     load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
@@ -417,11 +416,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       0, kv_head * group + first_pos / tiles_per_head,
       walk_up ? qt_begin * BQ : (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ,
       first_pos};
-  if (tid < kThreads) {
+  if (tid < kThreads) {  // the MMA warps load (the dQ warpgroup's threads lie past the tiles)
     load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
     load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
+    load_step(first);
   }
-  load_step(first);
   cp_async_commit();
   // A NaN or inf in this block's K: bwd_ops.cuh, "Non-finite keys" (once per block).
   cp_async_wait<0>();
