@@ -65,14 +65,14 @@ int tile_dim(const flash_problem& p) {
   return kTileDims[sizeof kTileDims / sizeof kTileDims[0] - 1];
 }
 
-// The Hopper forward's tile head dim: the smallest of its widths (64, 128, 256) that holds
-// both dims. Problems between them (96, 160, 192, DeepSeek's 192 / 128) run there with
+// The Hopper forward's tile head dim: the smallest of its widths (64, 128, 192, 256) that
+// holds both dims. Problems between them (96, 160, DeepSeek's 192 / 128) run there with
 // zero columns rather than on the mma.sync kernel of their own width: at D = 96 that kernel
-// ran at 0.55-0.64 of cuDNN, below torch's FlashAttention-2 (bench/RESULTS.md, session 11),
-// where the 128-wide wgmma tile does 4/3 of the work at ~1.7x the rate.
+// ran at 0.55-0.64 of cuDNN, below torch's FlashAttention-2, and the 128-wide wgmma tile
+// reaches 0.89-1.01 (bench/RESULTS.md, session 12).
 int wgmma_tile_dim(const flash_problem& p) {
   const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  return need <= 64 ? 64 : need <= 128 ? 128 : 256;
+  return need <= 64 ? 64 : need <= 128 ? 128 : need <= 192 ? 192 : 256;
 }
 
 // The forward's tile head dim on the kernel that runs it.
@@ -158,6 +158,7 @@ std::string fwd_config_name(const flash_problem& p, bool wgmma) {
   if (wgmma)
     name = dim == 64    ? FwdWgmmaConfig<64>::kName
            : dim == 128 ? FwdWgmmaConfig<128>::kName
+           : dim == 192 ? FwdWgmmaConfig<192>::kName
                         : FwdWgmmaConfig<256>::kName;
   else
     switch (dim) {
@@ -189,6 +190,8 @@ int fwd_smem_bytes(const flash_problem& p, bool wgmma) {
         return FwdWgmmaDerived<FwdWgmmaConfig<64>>::kSmemBytes;
       case 128:
         return FwdWgmmaDerived<FwdWgmmaConfig<128>>::kSmemBytes;
+      case 192:
+        return FwdWgmmaDerived<FwdWgmmaConfig<192>>::kSmemBytes;
       default:
         return FwdWgmmaDerived<FwdWgmmaConfig<256>>::kSmemBytes;
     }

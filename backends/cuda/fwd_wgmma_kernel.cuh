@@ -128,10 +128,10 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #if FLASH_WGMMA_AVAILABLE
   using Dv = FwdWgmmaDerived<C>;
   constexpr int D = C::kDim, BM = Dv::kBlockM, BN = C::kBlockN, ST = C::kStages;
-  constexpr int NT = BN / 8;              // n8 blocks of S
-  constexpr int OT = D / 8;               // n8 blocks of O
-  constexpr int KS = BN / 16;             // k16 steps of P·V
-  constexpr int kON = D > 128 ? 128 : D;  // N of one P·V product
+  constexpr int NT = BN / 8;                              // n8 blocks of S
+  constexpr int OT = D / 8;                               // n8 blocks of O
+  constexpr int KS = BN / 16;                             // k16 steps of P·V
+  constexpr int kON = D > 128 && D % 128 == 0 ? 128 : D;  // N of one P·V product
   constexpr int kConsumerThreads = 128 * Dv::kConsumers;
   const FwdParams& p = tp.p;
 
@@ -335,8 +335,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     if (rows > 0) {
       // Every 16-byte chunk of each such V row (the swizzle only permutes a row's chunks):
       // thread ct reads chunk ct % kRowChunks of every kRowsPerPass-th row.
+      // (D = 192: 24 chunks a row, 5 rows a pass; threads 120..127 re-read row 5 on.)
       constexpr int kRowChunks = D / 8, kRowsPerPass = 128 / kRowChunks;
-      static_assert(128 % kRowChunks == 0, "a pass covers whole rows");
+      static_assert(kRowsPerPass >= 1, "a pass covers whole rows");
       const int chunk = ct % kRowChunks;
       const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes + (chunk / 8) * BN * 128 +
                           (chunk % 8) * 16 - k0 * 128;

@@ -8,7 +8,7 @@ Run from the repo root after changing SHAPES:  python3 backends/cuda/gen_wgmma_p
 """
 import pathlib
 
-SHAPES = [32, 64, 80, 96, 128, 160, 176, 192, 256]  # N of every product a kernel issues
+SHAPES = [32, 64, 80, 96, 112, 128, 160, 176, 192, 256]  # N of every product a kernel issues
 
 
 def acc_list(n_regs):

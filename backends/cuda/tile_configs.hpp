@@ -144,9 +144,16 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_TUNE_256
 #define FLASH_FWD_WGMMA_TUNE_256 FLASH_FWD_WGMMA_KV_256, 2, 2
 #endif
+// D = 192 (DeepSeek's 192 / 128 too): 112-key tiles, FlashAttention-3's choice; two stages
+// of K and V (4 x 42 KB) and Q (48 KB) fill the 227 KB; O of 96, S of 56 and P of 28
+// registers fit a consumer's 240. One P·V product of N = 192.
+#ifndef FLASH_FWD_WGMMA_TUNE_192
+#define FLASH_FWD_WGMMA_TUNE_192 112, 2, 2
+#endif
 #define FLASH_FWD_WGMMA_CONFIG_X(D, ...) FLASH_FWD_WGMMA_CONFIG(D, __VA_ARGS__)
 FLASH_FWD_WGMMA_CONFIG_X(64, FLASH_FWD_WGMMA_TUNE_64)
 FLASH_FWD_WGMMA_CONFIG_X(128, FLASH_FWD_WGMMA_TUNE_128)
+FLASH_FWD_WGMMA_CONFIG_X(192, FLASH_FWD_WGMMA_TUNE_192)
 FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 #undef FLASH_FWD_WGMMA_CONFIG_X
 #undef FLASH_FWD_WGMMA_CONFIG
@@ -176,7 +183,8 @@ struct FwdWgmmaDerived {
                 "box has at most 256 rows");
   static_assert(C::kBlockN * C::kDim * 2 % (16 * 128) == 0,
                 "the V tile splits into whole 16-byte chunks per consumer thread");
-  static_assert(C::kDim <= 128 || C::kDim % 128 == 0, "P·V in products of N <= 128");
+  static_assert(C::kDim <= 128 || C::kDim % 128 == 0 || C::kDim == 192,
+                "P·V in products of N <= 128, or one of N = 192");
   static_assert(C::kStages >= 2, "a ring needs two stages");
   static_assert(kConsumerRegs >= 128, "room for the S and O accumulators");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
