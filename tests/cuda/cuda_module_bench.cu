@@ -3,6 +3,7 @@
 // packed [B,S,H,D], random inputs, device pointers, median of CUDA-event timings.
 // Run torch_sdpa.py in the same device call and compare ratios.
 //   cuda_module_bench <libflashattn_cuda.so> [--dtype bf16|f16|f32] [--dims 64 128 256]
+//   [--dim-v DV] (V / O head dim for every D, e.g. DeepSeek's --dims 192 --dim-v 128)
 //                     [--seqlens 512 ... 16384] [--backward] [--iters N]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const flash_backend_module* m = load_cuda_module(argv[1]);
   if (!m) return 1;
-  int dtype = FLASH_BF16, iters = 20;
+  int dtype = FLASH_BF16, iters = 20, dim_v = 0;
   bool backward = false;
   std::vector<int> dims = {64, 128, 256}, seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   for (int i = 2; i < argc; ++i) {
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
       list(seqlens);
     else if (a == "--backward")
       backward = true;
+    else if (a == "--dim-v")
+      dim_v = std::atoi(argv[++i]);
     else if (a == "--iters")
       iters = std::atoi(argv[++i]);
   }
@@ -85,6 +88,10 @@ int main(int argc, char** argv) {
       CHECK(cudaDeviceSynchronize());
       for (int causal = 0; causal < 2; ++causal) {
         flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);
+        const int Dv = dim_v > 0 && dim_v <= D ? dim_v : D;  // v, o, dO use the first Dv of D
+        p.head_dim_v = Dv;
+        const int64_t stv[3] = {(int64_t)S * H * Dv, (int64_t)H * Dv, Dv};
+        for (int j = 0; j < 3; ++j) p.v_stride[j] = p.o_stride[j] = stv[j];
         flash_message msg{};
         bool ok = true;
         const float fwd_ms = median_ms(iters, [&] {
@@ -95,7 +102,7 @@ int main(int argc, char** argv) {
           return 1;
         }
         CHECK(cudaDeviceSynchronize());
-        const double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+        const double flops = 2.0 * B * H * (double)S * S * (D + Dv) / (causal ? 2 : 1);
         float bwd_ms = NAN;
         if (backward) {
           bwd_ms = median_ms(iters, [&] {
