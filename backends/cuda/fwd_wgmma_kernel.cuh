@@ -35,7 +35,9 @@
 // without column tests): D 128 4k / 16k 0.96 / 0.97 of cuDNN, causal 0.98 / 0.93; D 64
 // 1.05 / 1.03, 0.98 / 0.95; D 256 0.95 / 0.99, 0.96 / 0.97. H100, 3792fc9 (V scan of
 // hidden keys only): D 128 0.96 / 0.98, causal 0.98 / 0.95; D 64 1.01 / 1.07, 0.95 / 1.00;
-// D 256 0.93 / 1.03, 0.98 / 1.02 (bench/RESULTS.md).
+// D 256 0.93 / 1.03, 0.98 / 1.02. H100, 5f208f6 (192-wide tile): D 192 4k / 16k 1.09 / 1.03,
+// causal 1.05 / 1.04 (was 0.84 / 0.81, 0.82 / 0.82 on the 256 tile); 192 / 128 1.03 / 1.02,
+// causal 1.08 / 1.10 (bench/RESULTS.md).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
