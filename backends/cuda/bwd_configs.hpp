@@ -122,18 +122,20 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64 and 128 (other dims and sm_80: the
-// mma.sync kernel above): kWarpGroups warpgroups per
+// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64, 128 and 256 (other dims and sm_80:
+// the mma.sync kernel above): kWarpGroups warpgroups per
 // block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
 // or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
-// (dK, dV: D/2 each per thread). kOverlap: step i−1's dV/dK/dQᵀ products run while step i's
-// element-wise phase does (Pᵀ/dSᵀ through shared tiles; a third Q/dO stage: fits the shared
-// memory with 64-query tiles at D = 64, not at D = 128). One more warpgroup (after the MMA
-// ones) hands each step's dQ partial to the copy engine, in turn in the ordered mode, so
-// that no MMA warp waits for another block's add. Registers are per warpgroup: it gives
-// its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get kBwdMmaRegs each (D =
-// 128 then spills 28 bytes, 44 at 255 without it). Measured 2026-11-26 (H100,
-// deterministic): +4-16 % at D = 64, +0-5 % at D = 128 over thread 0 doing it.
+// (dK, dV: D/2 each per thread). Past D = 128 that is more than a thread has (kSplitD): the
+// warpgroups share 64 keys and split the columns of dK, dV (D/2 per warpgroup: D/4 registers
+// each) and the query columns of Sᵀ, dPᵀ; Pᵀ and dSᵀ go through shared tiles. kOverlap: step i−1's
+// dV/dK/dQᵀ products run while step i's element-wise phase does (Pᵀ/dSᵀ through shared tiles; a
+// third Q/dO stage: fits the shared memory with 64-query tiles at D = 64, not at D = 128). One more
+// warpgroup (after the MMA ones) hands each step's dQ partial to the copy engine, in turn in the
+// ordered mode, so that no MMA warp waits for another block's add. Registers are per warpgroup: it
+// gives its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get kBwdMmaRegs each (D = 128
+// then spills 28 bytes, 44 at 255 without it). Measured 2026-11-26 (H100, deterministic): +4-16 %
+// at D = 64, +0-5 % at D = 128 over thread 0 doing it.
 template <int kDim>
 struct BwdWgmmaConfig;
 // setmaxnreg budgets with the dQ warpgroup: the block (two MMA warpgroups and it) starts at
@@ -146,7 +148,9 @@ static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs 
 #define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
   template <>                                                                                      \
   struct BwdWgmmaConfig<D> {                                                                       \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockKV = 64 * WG, kBlockQ = BQ;             \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                                 \
+    static constexpr bool kSplitD = D > 128; /* dK + dV of 64 keys x D exceed a thread */          \
+    static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                                        \
     static constexpr int kMinBlocks = MINB;                                                        \
     static constexpr bool kOverlap = OVERLAP;                                                      \
     static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */          \
@@ -164,8 +168,14 @@ static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs 
 #ifndef FLASH_BWD_WGMMA_TUNE_128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
 #endif
+// D = 256 (kSplitD): 64 keys, 64-query tiles; the dQ staging tile lives in the step's Q / dO
+// stage once dK / dV have read it (BwdWgmmaLayout::kDqInStage: no room for both).
+#ifndef FLASH_BWD_WGMMA_TUNE_256
+#define FLASH_BWD_WGMMA_TUNE_256 2, 64, 1, false
+#endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
+FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 256, FLASH_BWD_WGMMA_TUNE_256)
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
 
@@ -173,31 +183,41 @@ FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
 // [D/64][BK rows][64]), kStages stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, kDsTiles
 // dSᵀ tiles (SW64 / SW128 [BK][BQ]), two dQ staging tiles [BQ][D + 4] f32; 1024 bytes of
 // alignment slack. The overlapped order reads step i−1's stage and dSᵀ tile while step i's
-// are in use and step i+1's stage loads: three stages, two dSᵀ tiles.
+// are in use and step i+1's stage loads: three stages, two dSᵀ tiles. kSplitD: Pᵀ tiles
+// too (both warpgroups read all 64 keys' Pᵀ), and the dQ staging tile of a step is its own
+// stage (kDqInStage: 64 x 260 floats = the stage's 65 KB), written once both warpgroups'
+// dK / dV products have read the stage; the stage loads again once the copy engine has read
+// it ("empty").
 template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
   static constexpr int kStages = C::kOverlap ? 3 : 2, kDsTiles = C::kOverlap ? 2 : 1;
+  static constexpr bool kDqInStage = C::kSplitD, kPtTiles = C::kOverlap || C::kSplitD;
   static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
   static constexpr int kDs = kStage + kStages * kStageBytes, kDsBytes = BK * BQ * 2;
-  // Overlapped order: Pᵀ tiles too (dV reads Pᵀ from shared memory).
+  // Overlapped order and kSplitD: Pᵀ tiles too (dV reads Pᵀ from shared memory).
   static constexpr int kPt = kDs + kDsTiles * kDsBytes;
-  static constexpr int kDq = kPt + (C::kOverlap ? kDsTiles * kDsBytes : 0);
+  static constexpr int kDq = kPt + (kPtTiles ? kDsTiles * kDsBytes : 0);
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
   // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
   // Two dQ staging tiles: the MMA warps may run one step ahead of the copy engine's read
   // (four at D = 64 measured the same as two, 2026-11-26).
   static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
+  static constexpr int kDqTileBytes = BQ * kDqRowFloats * 4;
+  static_assert(!kDqInStage || (kDqStages == kStages && kDqTileBytes <= kStageBytes),
+                "a stage holds its step's dQ staging tile");
   // The dQ warpgroup's mbarriers: per staging tile "full" (every MMA warp wrote its part)
   // and "empty" (the copy engine read it).
-  static constexpr int kBars = kDq + kDqStages * BQ * kDqRowFloats * 4;
+  static constexpr int kBars = kDq + (kDqInStage ? 0 : kDqStages * kDqTileBytes);
   static constexpr int kSmemBytes = kBars + 2 * kDqStages * 8 + 1024;
-  static_assert(BK == 64 * C::kWarpGroups && (BQ == 32 || BQ == 64),
+  static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
-  static_assert(D % 64 == 0 && D <= 128, "whole 64-column atoms; dK + dV in registers");
+  static_assert(
+      D % 64 == 0 && (D <= 128 || (C::kSplitD && !C::kOverlap && D % (64 * C::kWarpGroups) == 0)),
+      "whole 64-column atoms; dK + dV in registers (kSplitD: D/2 columns each, serial order)");
   static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0 && kDsBytes % 1024 == 0,
                 "swizzle bases");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
@@ -212,7 +232,8 @@ inline bool bwd_forced_mma() {
 inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
   const bool forced_mma = bwd_forced_mma();
 #ifdef FLASHATTN_CUDA_SM90A
-  return !is_f32 && (dim == 64 || dim == 128) && cc_major == 9 && cc_minor == 0 && !forced_mma;
+  return !is_f32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 && cc_minor == 0 &&
+         !forced_mma;
 #else
   (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor, (void)forced_mma;
   return false;
@@ -221,7 +242,9 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
 // Calls fn(BwdWgmmaConfig<dim>{}) for a head dim the wgmma kernel has (bwd_wgmma_usable).
 template <class Fn>
 auto with_wgmma_config(int dim, Fn&& fn) {
-  return dim == 64 ? fn(BwdWgmmaConfig<64>{}) : fn(BwdWgmmaConfig<128>{});
+  return dim == 64    ? fn(BwdWgmmaConfig<64>{})
+         : dim == 128 ? fn(BwdWgmmaConfig<128>{})
+                      : fn(BwdWgmmaConfig<256>{});
 }
 
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows

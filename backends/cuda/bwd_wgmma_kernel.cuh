@@ -1,4 +1,4 @@
-// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64 and 128): dK,
+// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64, 128 and 256): dK,
 // dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
 //
 // A block is kWarpGroups warpgroups (4 warps each) owning kBlockKV = 64·kWarpGroups keys of
@@ -14,6 +14,11 @@
 //   dQᵀ = Kᵀ·dSᵀ                  wgmma m64 x BQ per 64 rows of D, dSᵀ via shared memory (64-
 //                                 or 128-byte swizzle), both operands MN-major
 //   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
+// D = 256 (C::kSplitD): 64 keys x 256 columns of dK and dV are more registers than a thread
+// has, so the two warpgroups share the block's 64 keys: each computes Sᵀ, dPᵀ for half of
+// the query tile (m64 x BQ/2), Pᵀ and dSᵀ go to shared tiles, and each accumulates dK, dV
+// for half of the columns (m64 x 128) and dQᵀ for half of the rows of D; the dQ staging tile
+// is the step's own Q / dO stage once both warpgroups have read it (no room for both).
 // Step order: serial at D = 128 (the overlapped one needs 32-query tiles there to fit the
 // shared memory, measured 0.8x); at D = 64 (C::kOverlap) step i−1's dV, dK and
 // dQᵀ products run on the tensor cores during step i's element-wise phase. Softcap is a
@@ -118,8 +123,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   constexpr int kDqN = kSplitCols ? BQ / C::kWarpGroups : BQ;
   static_assert(kSplitCols ? C::kWarpGroups == 2 && D == 64 : (D / 64) % C::kWarpGroups == 0,
                 "dQᵀ splits evenly over the warpgroups");
-  constexpr int NJ = BQ / 8;   // n8 blocks of the Sᵀ accumulator
-  constexpr int KS = BQ / 16;  // k16 steps of dV / dK
+  // kSplitD (D = 256): the warpgroups share the block's 64 keys; warpgroup wg computes Sᵀ and
+  // dPᵀ for queries wg·kSN.. and dK, dV for columns wg·kDkN.. Otherwise each owns its 64 keys
+  // with all queries and all columns.
+  constexpr bool kSplitD = C::kSplitD;
+  constexpr int kSN = kSplitD ? BQ / C::kWarpGroups : BQ;  // query columns of Sᵀ / dPᵀ
+  constexpr int kDkN = kSplitD ? D / C::kWarpGroups : D;   // columns of dK / dV
+  static_assert(kSN % 16 == 0 && kDkN % 64 == 0, "whole k16 steps of Pᵀ; whole 64-column atoms");
+  constexpr int NJ = kSN / 8;   // n8 blocks of the Sᵀ accumulator
+  constexpr int KS = BQ / 16;   // k16 steps of dV / dK
+  constexpr int KP = kSN / 16;  // k16 fragments packed from one Sᵀ accumulator
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
   // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or 128 (128-byte).
   constexpr int kDsRowBytes = BQ * 2;
@@ -160,13 +173,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, tig = lane % 4;
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
-  const uint32_t wg_rows = wg * 64 * 128;     // its 64 key rows inside each K/V atom
+  // Its 64 key rows inside each K/V atom; the key-row slot of this warp (16 rows each).
+  const uint32_t wg_rows = kSplitD ? 0 : wg * 64 * 128;
+  const int key_warp = kSplitD ? wwarp : warp;
+  const int s_q0 = kSplitD ? wg * kSN : 0;      // its first query column of Sᵀ / dPᵀ
+  const int d_first = kSplitD ? wg * kDkN : 0;  // its first column of dK / dV
   float* const dq_slice = p.dq_accum + batch * f.heads_q * (int64_t)rows_pad * kDqRow;
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
 
   const int k0 = kv_block * BK;
-  const int kw0 = k0 + warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
+  const int kw0 = k0 + key_warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
 
   const RowRange rows = bwd_visible_rows(mask, k0, min(k0 + BK, skv) - 1);
   const int qt_begin = rows.begin / BQ;
@@ -222,6 +239,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                                     2 * L::kTileQ);
   };
   auto ds_tile = [&](int step) { return base + L::kDs + (step % L::kDsTiles) * L::kDsBytes; };
+  // A step's dQ staging tile: its own stage (kDqInStage) or one of two tiles.
+  auto dq_tile = [&](int step) {
+    return L::kDqInStage
+               ? reinterpret_cast<float*>(smem + L::kStage + (step % L::kStages) * L::kStageBytes)
+               : dq_stage + (step % L::kDqStages) * kDqTile;
+  };
   auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
 
   auto load_step = [&](Tile t) {
@@ -241,48 +264,50 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the kk/4-th
   // 64-column atom): rows (this warpgroup's 64 keys) of a K-major [keys][D] tile times the
   // K-major [BQ][D] tile, transposed.
-  auto keys_times_queries_t = [&](float(&acc)[BQ / 2], uint32_t keys, uint32_t queries) {
+  auto keys_times_queries_t = [&](float(&acc)[kSN / 2], uint32_t keys, uint32_t queries) {
     const uint64_t keys_desc = gmma_desc(keys + wg_rows, 16, 1024, kGmmaSwizzle128);
-    const uint64_t queries_desc = gmma_desc(queries, 16, 1024, kGmmaSwizzle128);
+    const uint64_t queries_desc = gmma_desc(queries + s_q0 * 128, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
       const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      wgmma_ss<T, BQ, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
-                            gmma_desc_add(queries_desc, off_q), kk > 0);
+      wgmma_ss<T, kSN, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
+                             gmma_desc_add(queries_desc, off_q), kk > 0);
     }
   };
   // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
   // 64 columns, BQ rows further).
-  float acc_dk[D / 2], acc_dv[D / 2];  // 64 x D accumulators, this thread's part
+  float acc_dk[kDkN / 2], acc_dv[kDkN / 2];  // 64 x kDkN accumulators, this thread's part
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+  for (int i = 0; i < kDkN / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
   auto dv_dk_products = [&](int step, const uint32_t(&pf)[KS][4], const uint32_t(&df)[KS][4]) {
     const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
     const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, D, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
+      wgmma_rs<T, kDkN, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, D, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
+      wgmma_rs<T, kDkN, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
   // rows; k16 step kk 32 bytes into the row of one swizzle atom).
+  // kSplitD: all 64 keys' rows, this warpgroup's columns (d_first / 64 atoms further).
   auto dv_dk_products_ss = [&](int step) {
-    const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
+    const uint64_t q_desc =
+        gmma_desc(stage_q(step) + (d_first / 64) * BQ * 128, BQ * 128, 1024, kGmmaSwizzle128);
     const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
-    const uint32_t rows = wg * 64 * kDsRowBytes;
+    const uint32_t rows = (kSplitD ? 0 : wg) * 64 * kDsRowBytes;
     const uint64_t pt_desc = gmma_desc(pt_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
     const uint64_t ds_desc = gmma_desc(ds_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, D, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
-                           gmma_desc_add(do_desc, kk * 2048), 1);
+      wgmma_ss<T, kDkN, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
+                              gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, D, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
-                           gmma_desc_add(q_desc, kk * 2048), 1);
+      wgmma_ss<T, kDkN, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
+                              gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
   // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
@@ -304,10 +329,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   // ---- the element-wise phase: Pᵀ and dSᵀ (rows = keys, columns = queries) -------------
   // Pᵀ -> p_out, dSᵀ -> ds_out (f32; may alias s / dp).
-  auto scores_to_grads = [&](Tile t, const float(&s)[BQ / 2], const float(&dp)[BQ / 2],
-                             float(&p_out)[BQ / 2], float(&ds_out)[BQ / 2]) {
-    const int q0 = t.q0;
-    const float* sl = stage_floats(t.step);
+  auto scores_to_grads = [&](Tile t, const float(&s)[kSN / 2], const float(&dp)[kSN / 2],
+                             float(&p_out)[kSN / 2], float(&ds_out)[kSN / 2]) {
+    const int q0 = t.q0 + s_q0;  // this warpgroup's first query column
+    const float* sl = stage_floats(t.step) + s_q0;
     // Tiles inside the mask band (all but the edges) take a loop without per-element
     // masks: a branch per element costs a convergence barrier each (measured: a quarter of
     // the stall samples at D = 64).
@@ -331,16 +356,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         }
       }
     };
-    if (tile_fully_visible(mask, q0, q0 + BQ - 1, kw0, kw0 + 15))
+    if (tile_fully_visible(mask, q0, q0 + kSN - 1, kw0, kw0 + 15))
       grads(std::false_type{});
     else
       grads(std::true_type{});
   };
 
   // Columns 16kk..16kk+15 of an accumulator, rounded to T = the A fragment of k16 step kk.
-  auto pack_fragment = [&](const float(&acc)[BQ / 2], uint32_t(&frag)[KS][4]) {
+  auto pack_fragment = [&](const float(&acc)[kSN / 2], uint32_t(&frag)[KP][4]) {
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
+    for (int kk = 0; kk < KP; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
@@ -349,10 +374,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // caller fences the async proxy once its tiles are written).
   // stmatrix x4 writes k16 step kk's four 8x8 blocks (register r: rows +8·(r&1), columns
   // 16kk + 8·(r>>1)); lane l gives the address of row l%8 of block l/8.
-  const int st_row = warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), st_chunk = lane >> 4;
-  auto store_tile = [&](uint32_t tile, const uint32_t(&frag)[KS][4]) {
+  // kSplitD: rows of all 64 keys, this warpgroup's query columns (s_q0 / 8 chunks further).
+  const int st_row = key_warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int st_chunk = (lane >> 4) + s_q0 / 8;
+  auto store_tile = [&](uint32_t tile, const uint32_t(&frag)[KP][4]) {
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
+    for (int kk = 0; kk < KP; ++kk) {
       const int chunk = 2 * kk + st_chunk;
       const uint32_t addr =
           BQ == 32 ? sw64_addr(tile, st_row, chunk) : sw128_addr<BK>(tile, st_row, chunk);
@@ -366,10 +393,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // staging tile [q][d], then "full" for the dQ warpgroup, which hands it to the copy engine.
   auto stage_dq = [&](Tile t, float(&dq)[kHalves][kDqN / 2]) {
     const int dq_st = t.step % L::kDqStages;
-    float* const stg = dq_stage + dq_st * kDqTile;
+    float* const stg = dq_tile(t.step);
     // Use n = step / kDqStages of this tile waits for the copy engine's read of use n − 1
-    // (a fresh barrier passes parity 1 at once).
-    mbar_wait(dq_empty(dq_st), ((t.step / L::kDqStages) & 1) ^ 1);
+    // (a fresh barrier passes parity 1 at once). kDqInStage: the kSplitD loop waited for it
+    // before loading this stage.
+    if constexpr (!L::kDqInStage) mbar_wait(dq_empty(dq_st), ((t.step / L::kDqStages) & 1) ^ 1);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
@@ -394,8 +422,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       const bool nan_key =
           k_nonfinite && row_nonfinite(k + (int64_t)row * f.k_stride[1], f.head_dim);
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        const int col = j * 8 + tig * 2;
+      for (int j = 0; j < kDkN / 8; ++j) {
+        const int col = d_first + j * 8 + tig * 2;
         const float dk0 = acc_dk[4 * j + 2 * hr], dk1 = acc_dk[4 * j + 2 * hr + 1];
         if (col < f.head_dim)
           *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk0 * f.scale, dk1 * f.scale);
@@ -454,7 +482,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         }
         mbar_wait(dq_full(st), (step / L::kDqStages) & 1);
         if (p.dq_ordered) wait_counter(counter, rank, seen);
-        bulk_reduce_add(dst, smem_addr(dq_stage + st * kDqTile), kDqTile * 4);
+        bulk_reduce_add(dst, smem_addr(dq_tile(step)), kDqTile * 4);
         bulk_wait_read<0>();
         mbar_arrive(dq_empty(st));
         if (p.dq_ordered) {
@@ -481,7 +509,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if (next.step < steps) load_step(next);
     cp_async_commit();
   };
-  auto sdp_products = [&](int step, float(&s)[BQ / 2], float(&dp)[BQ / 2]) {
+  auto sdp_products = [&](int step, float(&s)[kSN / 2], float(&dp)[kSN / 2]) {
     keys_times_queries_t(s, sK, stage_q(step));
     keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
   };
@@ -495,8 +523,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // the element-wise phase (ptxas serialises register-A products whose registers it
     // cannot prove untouched). Step 0 and the last products are peeled off, so every
     // product is issued and waited for on one path.
-    auto store_grads = [&](int step, const float(&pt)[BQ / 2], const float(&dst)[BQ / 2]) {
-      uint32_t frag[KS][4];
+    auto store_grads = [&](int step, const float(&pt)[kSN / 2], const float(&dst)[kSN / 2]) {
+      uint32_t frag[KP][4];
       pack_fragment(pt, frag);
       store_tile(pt_tile(step), frag);
       pack_fragment(dst, frag);
@@ -506,7 +534,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     Tile prev = first;
     {
       begin_step();
-      float s[BQ / 2], dp[BQ / 2];
+      float s[kSN / 2], dp[kSN / 2];
       wgmma_fence();
       sdp_products(0, s, dp);
       wgmma_commit();
@@ -520,7 +548,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int step = 1; step < steps; ++step) {
       const Tile cur = next_tile(prev);
       begin_step();
-      float s[BQ / 2], dp[BQ / 2], dq[kHalves][kDqN / 2];
+      float s[kSN / 2], dp[kSN / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
@@ -551,13 +579,56 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(prev, dq);
     }
+  } else if constexpr (kSplitD) {
+    // Serial order with shared Pᵀ / dSᵀ (D = 256):
+    //   Sᵀ/dPᵀ(i) | element-wise(i) | load (i+1) | barrier | dV/dK/dQᵀ(i) | barrier | stage dQ(i)
+    // Step i+1's stage is step i−1's dQ staging tile: its load waits until the copy engine
+    // has read that (issued after the element-wise phase, so the read has had the Sᵀ / dPᵀ
+    // products' time). The second barrier: no warpgroup overwrites the stage with dQ while
+    // the other's dK / dV products still read its Q / dO.
+    Tile cur = first;
+    for (int step = 0; step < steps; ++step) {
+      begin_step();
+      float s[kSN / 2], dp[kSN / 2], dq[kHalves][kDqN / 2];
+      wgmma_fence();
+      sdp_products(step, s, dp);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(cur, s, dp, s, dp);
+      {
+        uint32_t frag[KP][4];
+        pack_fragment(s, frag);
+        store_tile(pt_tile(step), frag);
+        pack_fragment(dp, frag);
+        store_tile(ds_tile(step), frag);
+      }
+      fence_proxy_async_smem();  // the tiles are read by wgmma (after the barrier below)
+      // Use n = (step + 1) / 2 of stage (step + 1) % 2 waits for the read of dQ use n − 1
+      // (a fresh barrier passes parity 1 at once).
+      const int next_st = (step + 1) % L::kStages;
+      mbar_wait(dq_empty(next_st), (((step + 1) / L::kStages) & 1) ^ 1);
+      load_next(next_tile(cur));
+      mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
+      wgmma_fence();
+      dv_dk_products_ss(step);
+      dq_products(step, dq);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+      mma_sync();  // both warpgroups' dK / dV products have read this stage
+      stage_dq(cur, dq);
+      cur = next_tile(cur);
+    }
   } else {
     // Serial order (D = 128):
     //   Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step();
-      float s[BQ / 2], dp[BQ / 2], dq[kHalves][kDqN / 2];
+      float s[kSN / 2], dp[kSN / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();

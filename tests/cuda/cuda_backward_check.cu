@@ -298,13 +298,18 @@ int main(int argc, char** argv) {
   int fails = 0, total = 0;
   const std::vector<Shape> det =
       quick ? std::vector<Shape>{{1, 200, 300, 4, 2, 64, 64, true, -1, -1, 0.f},
+                                 {1, 150, 130, 2, 1, 256, 256, true, -1, -1, 0.f},
                                  {1, 130, 100, 2, 1, 128, 64, false, 30, 10, 20.f}}
             : std::vector<Shape>{
                   {2, 1000, 1000, 8, 2, 64, 64, true, -1, -1, 0.f},
                   {1, 777, 1300, 4, 4, 128, 128, false, -1, -1, 0.f},
                   {1, 513, 513, 4, 1, 128, 64, false, 100, 20, 30.f},
-                  {1, 300, 200, 2, 2, 96, 96, true, -1, -1, 0.f},    // rows that see no key
-                  {1, 200, 200, 2, 1, 256, 256, true, -1, -1, 0.f},  // two dK/dV passes
+                  {1, 300, 200, 2, 2, 96, 96, true, -1, -1, 0.f},  // rows that see no key
+                  {1, 200, 200, 2, 1, 256, 256, true, -1, -1, 0.f},
+                  // D 256 (wgmma: shared keys; mma.sync: two dK/dV passes): a window with
+                  // softcap and GQA; no mask (rotated arrival order, 16 key blocks).
+                  {1, 700, 900, 4, 2, 256, 256, false, 100, 30, 25.f},
+                  {2, 1000, 1000, 4, 4, 256, 256, false, -1, -1, 0.f},
                   {1, 150, 230, 2, 2, 160, 160, false, 40, 40, 0.f},
                   {1, 230, 150, 3, 1, 192, 128, true, -1, -1, 0.f},
                   // Many (batch, kv head) pairs: fewer splits than key blocks, so each
@@ -317,11 +322,11 @@ int main(int argc, char** argv) {
       ++total;
       if (!check_determinism(m, s, dtype, rng)) ++fails;
     }
-  // Causal, a window with softcap at D 128 (both walk their tiles upward under the mask
-  // band, bwd_wgmma_kernel.cuh) and no mask.
+  // Causal, a window with softcap at D 128 and 256 (both walk their tiles upward under the
+  // mask band, bwd_wgmma_kernel.cuh) and no mask.
   for (int dtype : {FLASH_BF16, FLASH_F16})
     for (const Shape& s : quick ? std::vector<Shape>{det.front(), det.back()}
-                                : std::vector<Shape>{det.front(), det[2], det.back()}) {
+                                : std::vector<Shape>{det.front(), det[2], det[5], det.back()}) {
       ++total;
       if (!check_atomic_mode(m, s, dtype, rng)) ++fails;
     }

@@ -73,6 +73,10 @@ const std::vector<Case>& backward_cases() {
        Layout::bhsd, 4},
       {"s100_d200_causal", 1, 100, 100, 2, 1, 200, 200, true},
       {"s77_d248", 1, 77, 77, 1, 1, 248, 248},
+      // D 256 on the Hopper backward's shared-key tiles: a window, softcap, GQA and bhsd
+      // strides, lengths that leave partial query and key tiles.
+      {"s300x257_d256_gqa2_window64_16_softcap15_bhsd", 1, 300, 257, 4, 2, 256, 256, false, 64, 16,
+       15.f, 0, Layout::bhsd, 3},
   };
   return cases;
 }
