@@ -40,7 +40,9 @@
 // torch in one call, 2026-11-26): D = 64 328 / 385 / 344 TFLOP/s = 0.85 / 0.90 / 0.78 of
 // cuDNN, causal 262 / 353 / 376 = 0.92 / 0.89 / 0.89; D = 128 404 / 413 / 477 = 0.94 /
 // 0.80 / 0.89, causal 290 / 404 / 411 = 0.82 / 0.82 / 0.83; 1.3-1.7x torch's
-// FlashAttention-2 backward (bench/RESULTS.md, session 12, walk up).
+// FlashAttention-2 backward (bench/RESULTS.md, session 12, walk up). D = 256 (session 13):
+// 304 / 337 / 337 TFLOP/s = 1.42 / 1.34 / 1.27x torch flash, causal 258 / 330 / 350 =
+// 1.56 / 1.43 / 1.37x (0.89-0.98 of cuDNN); 3.2-3.7x the mma.sync kernel's two passes.
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
