@@ -242,6 +242,18 @@ DeviceInfo current_device() {
   return info;
 }
 
+// The backward's tile head dim. On the wgmma kernel (bwd_wgmma_usable: sm_90a, f16 / bf16)
+// dims past 32 run on the smallest of its widths (64, 128, 256) that holds both: 96 on 128,
+// 160 and 192 (also 192 / 128) on 256, with zero columns, as in the forward; the mma.sync
+// kernels of their own widths ran them 2.5-4x slower (bench/RESULTS.md, session 13).
+// Elsewhere (and for 32): tile_dim.
+int bwd_tile_dim(const flash_problem& p, const DeviceInfo& d) {
+  const int dim = tile_dim(p);
+  if (dim <= 32) return dim;
+  const int wide = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+  return bwd_wgmma_usable(p.dtype == FLASH_F32, wide, d.major, d.minor) ? wide : dim;
+}
+
 // Elements spanned by a [batch, seq, heads, dim] view with these strides.
 size_t extent_elems(const int64_t stride[3], int64_t batch, int64_t seq, int64_t heads,
                     int64_t dim) {
@@ -487,8 +499,8 @@ struct CudaBackend {
     if (direction == FLASH_BACKWARD) {
       // Backward: f16/bf16 on tensor cores, f32 on the SIMT path, every forward head dim.
       const bool is_f32 = p.dtype == FLASH_F32;
-      const int dim = tile_dim(p);
       const DeviceInfo d = current_device();
+      const int dim = bwd_tile_dim(p, d);
       const bool wgmma = bwd_wgmma_usable(is_f32, dim, d.major, d.minor);
       const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
       const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) +
@@ -691,8 +703,8 @@ struct CudaBackend {
     // Held until the last kernel using Δ/lse is enqueued: another host thread on the
     // same stream must not refill the workspace in between (stream order does the rest).
     const int batch = static_cast<int>(p.batch);
-    const int dim = tile_dim(p);
     const DeviceInfo device = current_device();
+    const int dim = bwd_tile_dim(p, device);
     b.wgmma = bwd_wgmma_usable(p.dtype == FLASH_F32, dim, device.major, device.minor);
     const BwdDqPlan plan =
         bwd_dq_plan(p.dtype == FLASH_F32, b.wgmma, dim, p.nondeterministic == 0, p.batch, p.heads_q,
