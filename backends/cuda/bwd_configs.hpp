@@ -124,10 +124,10 @@ struct BwdKvDerived {
 
 // sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64, 128 and 256 (other dims and sm_80:
 // the mma.sync kernel above): kWarpGroups warpgroups per
-// block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each); query tiles of kBlockQ = 32
-// or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the registers
-// (dK, dV: D/2 each per thread). Past D = 128 that is more than a thread has (kSplitD): the
-// warpgroups share 64 keys and split the columns of dK, dV (D/2 per warpgroup: D/4 registers
+// block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each; kSplitD: 64 shared keys); query tiles
+// of kBlockQ = 32 or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the
+// registers (dK, dV: D/2 each per thread). Past D = 128 that is more than a thread has (kSplitD):
+// the warpgroups share 64 keys and split the columns of dK, dV (D/2 per warpgroup: D/4 registers
 // each) and the query columns of Sᵀ, dPᵀ; Pᵀ and dSᵀ go through shared tiles. kOverlap: step i−1's
 // dV/dK/dQᵀ products run while step i's element-wise phase does (Pᵀ/dSᵀ through shared tiles; a
 // third Q/dO stage: fits the shared memory with 64-query tiles at D = 64, not at D = 128). One more
@@ -143,13 +143,16 @@ struct BwdWgmmaConfig;
 // exactly what the two MMA warpgroups take.
 constexpr int kBwdDqWarpRegs = 24, kBwdMmaRegs = 240;
 constexpr int kBwdLaunchRegs = 65536 / (3 * 128) / 8 * 8;
+// Past this head dim a warpgroup's dK + dV (64 keys x D f32 each) exceed its registers: the
+// warpgroups share 64 keys and split the columns (kSplitD).
+constexpr int kBwdWgmmaMaxOwnKeysDim = 128;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
 #define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
   template <>                                                                                      \
   struct BwdWgmmaConfig<D> {                                                                       \
     static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                                 \
-    static constexpr bool kSplitD = D > 128; /* dK + dV of 64 keys x D exceed a thread */          \
+    static constexpr bool kSplitD = D > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */               \
     static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                                        \
     static constexpr int kMinBlocks = MINB;                                                        \
     static constexpr bool kOverlap = OVERLAP;                                                      \
@@ -193,18 +196,18 @@ struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
   static constexpr int kStages = C::kOverlap ? 3 : 2, kDsTiles = C::kOverlap ? 2 : 1;
-  static constexpr bool kDqInStage = C::kSplitD, kPtTiles = C::kOverlap || C::kSplitD;
+  static constexpr bool kDqInStage = C::kSplitD, kHasPtTiles = C::kOverlap || C::kSplitD;
   static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
   static constexpr int kDs = kStage + kStages * kStageBytes, kDsBytes = BK * BQ * 2;
   // Overlapped order and kSplitD: Pᵀ tiles too (dV reads Pᵀ from shared memory).
   static constexpr int kPt = kDs + kDsTiles * kDsBytes;
-  static constexpr int kDq = kPt + (kPtTiles ? kDsTiles * kDsBytes : 0);
+  static constexpr int kDq = kPt + (kHasPtTiles ? kDsTiles * kDsBytes : 0);
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
   // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
   // Two dQ staging tiles: the MMA warps may run one step ahead of the copy engine's read
-  // (four at D = 64 measured the same as two, 2026-11-26).
+  // (four at D = 64 measured the same as two, 2026-11-26); kDqInStage: the two stages.
   static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
   static constexpr int kDqTileBytes = BQ * kDqRowFloats * 4;
   static_assert(!kDqInStage || (kDqStages == kStages && kDqTileBytes <= kStageBytes),
@@ -241,7 +244,7 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
 }
 // Calls fn(BwdWgmmaConfig<dim>{}) for a head dim the wgmma kernel has (bwd_wgmma_usable).
 template <class Fn>
-auto with_wgmma_config(int dim, Fn&& fn) {
+auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything else: 256)
   return dim == 64    ? fn(BwdWgmmaConfig<64>{})
          : dim == 128 ? fn(BwdWgmmaConfig<128>{})
                       : fn(BwdWgmmaConfig<256>{});

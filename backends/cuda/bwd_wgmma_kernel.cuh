@@ -2,15 +2,15 @@
 // dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
 //
 // A block is kWarpGroups warpgroups (4 warps each) owning kBlockKV = 64·kWarpGroups keys of
-// one (batch, kv head); warpgroup wg holds keys 64wg.., its warp w keys 16w..16w+15 of
-// every 64-row accumulator. The warpgroups share the Q / dO stages, and split dQᵀ (by rows
-// of D, or by query columns at D = 64). K and V stay in shared memory (128-byte-swizzled,
-// the layout wgmma reads), dK and dV in registers, while the block walks the query tiles
-// (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
+// one (batch, kv head) (kSplitD, below: 64 keys they share); warpgroup wg holds keys 64wg..,
+// its warp w keys 16w..16w+15 of every 64-row accumulator. The warpgroups share the Q / dO stages,
+// and split dQᵀ (by rows of D, or by query columns at D = 64). K and V stay in shared memory
+// (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the block walks the
+// query tiles (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, B MN-major; A = Pᵀ / dSᵀ from registers
-//                                 (serial order) or from shared tiles (overlapped order)
+//                                 (serial order) or from shared tiles (overlapped order, kSplitD)
 //   dQᵀ = Kᵀ·dSᵀ                  wgmma m64 x BQ per 64 rows of D, dSᵀ via shared memory (64-
 //                                 or 128-byte swizzle), both operands MN-major
 //   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
@@ -19,7 +19,7 @@
 // the query tile (m64 x BQ/2), Pᵀ and dSᵀ go to shared tiles, and each accumulates dK, dV
 // for half of the columns (m64 x 128) and dQᵀ for half of the rows of D; the dQ staging tile
 // is the step's own Q / dO stage once both warpgroups have read it (no room for both).
-// Step order: serial at D = 128 (the overlapped one needs 32-query tiles there to fit the
+// Step order: serial at D = 128 and 256 (the overlapped one needs 32-query tiles there to fit the
 // shared memory, measured 0.8x); at D = 64 (C::kOverlap) step i−1's dV, dK and
 // dQᵀ products run on the tensor cores during step i's element-wise phase. Softcap is a
 // template parameter and tiles inside the mask band skip the per-element masks: the
@@ -30,9 +30,14 @@
 // walking its tiles upward) under a mask band, arrival order of staggered walks without one. A
 // warpgroup after the MMA ones gives its registers away and one of its threads does the hand-over:
 // it waits for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile
-// ("empty") once read and releases the counter once the add completed; the MMA warps never wait for
-// another block and sync among themselves on a named barrier (measured +4-16 % at D = 64, +0-5 % at
-// D = 128 over thread 0 of the MMA warps doing it, bench/RESULTS.md, session 12).
+// ("empty") once read and releases the counter once the add completed; the MMA warps sync among
+// themselves on a named barrier (measured +4-16 % at D = 64, +0-5 % at D = 128 over thread 0 of
+// the MMA warps doing it, bench/RESULTS.md, session 12). They wait for another block only
+// through "empty": at D = 64 / 128 for a staging tile two steps back; at D = 256 (kDqInStage)
+// mid-step, for the read of the previous step's tile before its stage loads again, so in the
+// ordered mode a late block earlier in a tile's order can stall them by about half a step.
+// That wait cannot close a cycle: the add it waits for depends only on blocks earlier in the
+// order (see "ordered dQ accumulation").
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
@@ -126,15 +131,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   static_assert(kSplitCols ? C::kWarpGroups == 2 && D == 64 : (D / 64) % C::kWarpGroups == 0,
                 "dQᵀ splits evenly over the warpgroups");
   // kSplitD (D = 256): the warpgroups share the block's 64 keys; warpgroup wg computes Sᵀ and
-  // dPᵀ for queries wg·kSN.. and dK, dV for columns wg·kDkN.. Otherwise each owns its 64 keys
-  // with all queries and all columns.
+  // dPᵀ for queries wg·kQueriesPerWg.. and dK, dV for columns wg·kColsPerWg.. Otherwise each owns
+  // its 64 keys with all queries and all columns.
   constexpr bool kSplitD = C::kSplitD;
-  constexpr int kSN = kSplitD ? BQ / C::kWarpGroups : BQ;  // query columns of Sᵀ / dPᵀ
-  constexpr int kDkN = kSplitD ? D / C::kWarpGroups : D;   // columns of dK / dV
-  static_assert(kSN % 16 == 0 && kDkN % 64 == 0, "whole k16 steps of Pᵀ; whole 64-column atoms");
-  constexpr int NJ = kSN / 8;   // n8 blocks of the Sᵀ accumulator
-  constexpr int KS = BQ / 16;   // k16 steps of dV / dK
-  constexpr int KP = kSN / 16;  // k16 fragments packed from one Sᵀ accumulator
+  constexpr int kQueriesPerWg = kSplitD ? BQ / C::kWarpGroups : BQ;  // query columns of Sᵀ / dPᵀ
+  constexpr int kColsPerWg = kSplitD ? D / C::kWarpGroups : D;       // columns of dK / dV
+  static_assert(kQueriesPerWg % 16 == 0 && kColsPerWg % 64 == 0,
+                "whole k16 steps of Pᵀ; whole 64-column atoms");
+  constexpr int NJ = kQueriesPerWg / 8;   // n8 blocks of the Sᵀ accumulator
+  constexpr int KS = BQ / 16;             // k16 steps of dV / dK
+  constexpr int KP = kQueriesPerWg / 16;  // A fragments (k16 steps) in one Sᵀ accumulator
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
   // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or 128 (128-byte).
   constexpr int kDsRowBytes = BQ * 2;
@@ -178,14 +184,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // Its 64 key rows inside each K/V atom; the key-row slot of this warp (16 rows each).
   const uint32_t wg_rows = kSplitD ? 0 : wg * 64 * 128;
   const int key_warp = kSplitD ? wwarp : warp;
-  const int s_q0 = kSplitD ? wg * kSN : 0;      // its first query column of Sᵀ / dPᵀ
-  const int d_first = kSplitD ? wg * kDkN : 0;  // its first column of dK / dV
+  const int s_q_first = kSplitD ? wg * kQueriesPerWg : 0;  // its first query column of Sᵀ / dPᵀ
+  const int d_first = kSplitD ? wg * kColsPerWg : 0;       // its first column of dK / dV
   float* const dq_slice = p.dq_accum + batch * f.heads_q * (int64_t)rows_pad * kDqRow;
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
 
   const int k0 = kv_block * BK;
-  const int kw0 = k0 + key_warp * 16;  // this warp's first key row (warpgroup wg: 64·wg + ...)
+  const int kw0 = k0 + key_warp * 16;  // this warp's first key row
 
   const RowRange rows = bwd_visible_rows(mask, k0, min(k0 + BK, skv) - 1);
   const int qt_begin = rows.begin / BQ;
@@ -265,32 +271,34 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // ---- the products of a step -------------------------------------------------------------
   // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the kk/4-th
   // 64-column atom): rows (this warpgroup's 64 keys) of a K-major [keys][D] tile times the
-  // K-major [BQ][D] tile, transposed.
-  auto keys_times_queries_t = [&](float(&acc)[kSN / 2], uint32_t keys, uint32_t queries) {
+  // K-major [BQ][D] tile, transposed (kSplitD: all 64 keys times the kQueriesPerWg queries
+  // from s_q_first).
+  auto keys_times_queries_t = [&](float(&acc)[kQueriesPerWg / 2], uint32_t keys, uint32_t queries) {
     const uint64_t keys_desc = gmma_desc(keys + wg_rows, 16, 1024, kGmmaSwizzle128);
-    const uint64_t queries_desc = gmma_desc(queries + s_q0 * 128, 16, 1024, kGmmaSwizzle128);
+    const uint64_t queries_desc = gmma_desc(queries + s_q_first * 128, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
       const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      wgmma_ss<T, kSN, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
-                             gmma_desc_add(queries_desc, off_q), kk > 0);
+      wgmma_ss<T, kQueriesPerWg, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
+                                       gmma_desc_add(queries_desc, off_q), kk > 0);
     }
   };
   // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
   // 64 columns, BQ rows further).
-  float acc_dk[kDkN / 2], acc_dv[kDkN / 2];  // 64 x kDkN accumulators, this thread's part
+  float acc_dk[kColsPerWg / 2],
+      acc_dv[kColsPerWg / 2];  // 64 x kColsPerWg accumulators, this thread's part
 #pragma unroll
-  for (int i = 0; i < kDkN / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+  for (int i = 0; i < kColsPerWg / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
   auto dv_dk_products = [&](int step, const uint32_t(&pf)[KS][4], const uint32_t(&df)[KS][4]) {
     const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
     const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, kDkN, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
+      wgmma_rs<T, kColsPerWg, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, kDkN, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
+      wgmma_rs<T, kColsPerWg, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
   // rows; k16 step kk 32 bytes into the row of one swizzle atom).
@@ -299,17 +307,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     const uint64_t q_desc =
         gmma_desc(stage_q(step) + (d_first / 64) * BQ * 128, BQ * 128, 1024, kGmmaSwizzle128);
     const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
-    const uint32_t rows = (kSplitD ? 0 : wg) * 64 * kDsRowBytes;
-    const uint64_t pt_desc = gmma_desc(pt_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
-    const uint64_t ds_desc = gmma_desc(ds_tile(step) + rows, 16, 8 * kDsRowBytes, kDsSwizzle);
+    const uint32_t a_rows = (kSplitD ? 0 : wg) * 64 * kDsRowBytes;  // this warpgroup's keys
+    const uint64_t pt_desc = gmma_desc(pt_tile(step) + a_rows, 16, 8 * kDsRowBytes, kDsSwizzle);
+    const uint64_t ds_desc = gmma_desc(ds_tile(step) + a_rows, 16, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kDkN, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
-                              gmma_desc_add(do_desc, kk * 2048), 1);
+      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
+                                    gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kDkN, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
-                              gmma_desc_add(q_desc, kk * 2048), 1);
+      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
+                                    gmma_desc_add(q_desc, kk * 2048), 1);
   };
   // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
   // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
@@ -331,10 +339,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   // ---- the element-wise phase: Pᵀ and dSᵀ (rows = keys, columns = queries) -------------
   // Pᵀ -> p_out, dSᵀ -> ds_out (f32; may alias s / dp).
-  auto scores_to_grads = [&](Tile t, const float(&s)[kSN / 2], const float(&dp)[kSN / 2],
-                             float(&p_out)[kSN / 2], float(&ds_out)[kSN / 2]) {
-    const int q0 = t.q0 + s_q0;  // this warpgroup's first query column
-    const float* sl = stage_floats(t.step) + s_q0;
+  auto scores_to_grads = [&](Tile t, const float(&s)[kQueriesPerWg / 2],
+                             const float(&dp)[kQueriesPerWg / 2], float(&p_out)[kQueriesPerWg / 2],
+                             float(&ds_out)[kQueriesPerWg / 2]) {
+    const int q0 = t.q0 + s_q_first;  // this warpgroup's first query column
+    const float* sl = stage_floats(t.step) + s_q_first;
     // Tiles inside the mask band (all but the edges) take a loop without per-element
     // masks: a branch per element costs a convergence barrier each (measured: a quarter of
     // the stall samples at D = 64).
@@ -358,14 +367,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         }
       }
     };
-    if (tile_fully_visible(mask, q0, q0 + kSN - 1, kw0, kw0 + 15))
+    if (tile_fully_visible(mask, q0, q0 + kQueriesPerWg - 1, kw0, kw0 + 15))
       grads(std::false_type{});
     else
       grads(std::true_type{});
   };
 
   // Columns 16kk..16kk+15 of an accumulator, rounded to T = the A fragment of k16 step kk.
-  auto pack_fragment = [&](const float(&acc)[kSN / 2], uint32_t(&frag)[KP][4]) {
+  auto pack_fragment = [&](const float(&acc)[kQueriesPerWg / 2], uint32_t(&frag)[KP][4]) {
 #pragma unroll
     for (int kk = 0; kk < KP; ++kk)
 #pragma unroll
@@ -376,9 +385,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // caller fences the async proxy once its tiles are written).
   // stmatrix x4 writes k16 step kk's four 8x8 blocks (register r: rows +8·(r&1), columns
   // 16kk + 8·(r>>1)); lane l gives the address of row l%8 of block l/8.
-  // kSplitD: rows of all 64 keys, this warpgroup's query columns (s_q0 / 8 chunks further).
+  // kSplitD: rows of all 64 keys, this warpgroup's query columns (s_q_first / 8 chunks further).
   const int st_row = key_warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-  const int st_chunk = (lane >> 4) + s_q0 / 8;
+  const int st_chunk = (lane >> 4) + s_q_first / 8;
   auto store_tile = [&](uint32_t tile, const uint32_t(&frag)[KP][4]) {
 #pragma unroll
     for (int kk = 0; kk < KP; ++kk) {
@@ -391,15 +400,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
   };
 
+  // Until the copy engine has read the dQ tile of step − kDqStages, the last one before step
+  // in step's tile (or stage, kDqInStage): use n = step / kDqStages waits for the read of use
+  // n − 1 (a fresh barrier passes parity 1 at once).
+  auto wait_dq_tile_read = [&](int step) {
+    mbar_wait(dq_empty(step % L::kDqStages), ((step / L::kDqStages) & 1) ^ 1);
+  };
   // dQᵀ fragment (d = 64·half + 16·warp + g (+8), q = q_first + 8j + 2·tig (+1)) -> the
   // staging tile [q][d], then "full" for the dQ warpgroup, which hands it to the copy engine.
+  static_assert(L::kDqInStage == kSplitD, "only the kSplitD loop waits for a stage's dQ read");
   auto stage_dq = [&](Tile t, float(&dq)[kHalves][kDqN / 2]) {
     const int dq_st = t.step % L::kDqStages;
     float* const stg = dq_tile(t.step);
-    // Use n = step / kDqStages of this tile waits for the copy engine's read of use n − 1
-    // (a fresh barrier passes parity 1 at once). kDqInStage: the kSplitD loop waited for it
-    // before loading this stage.
-    if constexpr (!L::kDqInStage) mbar_wait(dq_empty(dq_st), ((t.step / L::kDqStages) & 1) ^ 1);
+    // kDqInStage: the kSplitD loop waited before loading this stage.
+    if constexpr (!L::kDqInStage) wait_dq_tile_read(t.step);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
@@ -424,7 +438,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       const bool nan_key =
           k_nonfinite && row_nonfinite(k + (int64_t)row * f.k_stride[1], f.head_dim);
 #pragma unroll
-      for (int j = 0; j < kDkN / 8; ++j) {
+      for (int j = 0; j < kColsPerWg / 8; ++j) {
         const int col = d_first + j * 8 + tig * 2;
         const float dk0 = acc_dk[4 * j + 2 * hr], dk1 = acc_dk[4 * j + 2 * hr + 1];
         if (col < f.head_dim)
@@ -511,7 +525,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if (next.step < steps) load_step(next);
     cp_async_commit();
   };
-  auto sdp_products = [&](int step, float(&s)[kSN / 2], float(&dp)[kSN / 2]) {
+  auto sdp_products = [&](int step, float(&s)[kQueriesPerWg / 2], float(&dp)[kQueriesPerWg / 2]) {
     keys_times_queries_t(s, sK, stage_q(step));
     keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
   };
@@ -525,7 +539,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // the element-wise phase (ptxas serialises register-A products whose registers it
     // cannot prove untouched). Step 0 and the last products are peeled off, so every
     // product is issued and waited for on one path.
-    auto store_grads = [&](int step, const float(&pt)[kSN / 2], const float(&dst)[kSN / 2]) {
+    auto store_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
+                           const float(&dst)[kQueriesPerWg / 2]) {
       uint32_t frag[KP][4];
       pack_fragment(pt, frag);
       store_tile(pt_tile(step), frag);
@@ -536,7 +551,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     Tile prev = first;
     {
       begin_step();
-      float s[kSN / 2], dp[kSN / 2];
+      float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2];
       wgmma_fence();
       sdp_products(0, s, dp);
       wgmma_commit();
@@ -550,7 +565,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int step = 1; step < steps; ++step) {
       const Tile cur = next_tile(prev);
       begin_step();
-      float s[kSN / 2], dp[kSN / 2], dq[kHalves][kDqN / 2];
+      float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
@@ -591,7 +606,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step();
-      float s[kSN / 2], dp[kSN / 2], dq[kHalves][kDqN / 2];
+      float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
@@ -607,10 +622,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         store_tile(ds_tile(step), frag);
       }
       fence_proxy_async_smem();  // the tiles are read by wgmma (after the barrier below)
-      // Use n = (step + 1) / 2 of stage (step + 1) % 2 waits for the read of dQ use n − 1
-      // (a fresh barrier passes parity 1 at once).
-      const int next_st = (step + 1) % L::kStages;
-      mbar_wait(dq_empty(next_st), (((step + 1) / L::kStages) & 1) ^ 1);
+      // The next step's stage is step − 1's dQ tile (kDqStages == kStages).
+      if (step + 1 < steps) wait_dq_tile_read(step + 1);
       load_next(next_tile(cur));
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
       wgmma_fence();
@@ -630,7 +643,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step();
-      float s[kSN / 2], dp[kSN / 2], dq[kHalves][kDqN / 2];
+      float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();

@@ -244,9 +244,9 @@ DeviceInfo current_device() {
 
 // The backward's tile head dim. On the wgmma kernel (bwd_wgmma_usable: sm_90a, f16 / bf16)
 // dims past 32 run on the smallest of its widths (64, 128, 256) that holds both: 96 on 128,
-// 160 and 192 (also 192 / 128) on 256, with zero columns, as in the forward; the mma.sync
-// kernels of their own widths ran them 2.2-3.1x slower (bench/RESULTS.md, session 13).
-// Elsewhere (and for 32): tile_dim.
+// 160 and 192 (also 192 / 128) on 256, with zero columns (the forward has a 192 tile, the
+// backward none yet); the mma.sync kernels of their own widths ran them 2.2-3.1x slower
+// (bench/RESULTS.md, session 13). Elsewhere (and for 32): tile_dim.
 int bwd_tile_dim(const flash_problem& p, const DeviceInfo& d) {
   const int dim = tile_dim(p);
   if (dim <= 32) return dim;
