@@ -46,13 +46,16 @@ if has bench; then
     --seqlens ${SEQLENS:-1024 2048 4096 8192 16384} 2>&1 | tee "$OUT/bench.log"
 fi
 # ab: this tree against an older one (build-old: device_hopper.sh's abbuild with AB=old
-# and the snapshot in .carry/old), alternating ROUNDS times; rows "new" / "old" (and
-# "-atomic"), same columns as bench.
+# and the snapshot in .carry/old) and / or a variant build of this tree (build-variant:
+# abbuild with VARIANT_FLAGS), alternating ROUNDS times; rows "new" / "old" / "variant" (and
+# "-atomic"), same columns as bench. To build them beside this script's build:
+#   AB=old VARIANT_FLAGS=-DX STEPS=abbuild bash tests/cuda/device_hopper.sh & STEPS=build bash tests/cuda/device_bwd.sh; wait
 if has ab; then
   OLD=$(find build-old -name libflashattn_cuda.so 2>/dev/null | head -1)
+  VARIANT=$(find build-variant -name libflashattn_cuda.so 2>/dev/null | head -1)
   for round in $(seq ${ROUNDS:-2}); do
-    for v in new old; do
-      m=$MOD; [ $v = old ] && m=$OLD
+    for v in ${AB:-new old}; do
+      m=$MOD; [ $v = old ] && m=$OLD; [ $v = variant ] && m=$VARIANT
       [ -n "$m" ] || continue
       $T/cuda_backward_bench "$m" --dims ${DIMS:-64 128} --atomic \
         --seqlens ${SEQLENS:-2048 8192 16384} 2>&1 | sed "s/^ours/$v/" | tee -a "$OUT/ab.log" |
