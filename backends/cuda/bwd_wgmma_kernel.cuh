@@ -610,6 +610,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
+      // The next step's stage is step − 1's dQ tile (kDqStages == kStages): its load waits
+      // for the copy engine's read (bwd_configs.hpp, kBwdSplitLoadEarly).
+      if constexpr (kBwdSplitLoadEarly) {
+        if (step + 1 < steps) wait_dq_tile_read(step + 1);
+        load_next(next_tile(cur));
+      }
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
@@ -622,9 +628,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         store_tile(ds_tile(step), frag);
       }
       fence_proxy_async_smem();  // the tiles are read by wgmma (after the barrier below)
-      // The next step's stage is step − 1's dQ tile (kDqStages == kStages).
-      if (step + 1 < steps) wait_dq_tile_read(step + 1);
-      load_next(next_tile(cur));
+      if constexpr (!kBwdSplitLoadEarly) {
+        if (step + 1 < steps) wait_dq_tile_read(step + 1);
+        load_next(next_tile(cur));
+      }
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
       wgmma_fence();
       dv_dk_products_ss(step);
