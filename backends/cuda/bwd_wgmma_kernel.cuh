@@ -48,6 +48,7 @@
 // FlashAttention-2 backward (bench/RESULTS.md, session 12, walk up). D = 256 (session 13):
 // 304 / 337 / 337 TFLOP/s = 1.42 / 1.34 / 1.27x torch flash, causal 258 / 330 / 350 =
 // 1.56 / 1.43 / 1.37x (0.89-0.98 of cuDNN); 3.2-3.7x the mma.sync kernel's two passes.
+// D = 96 on the 128 tile 1.13-1.45x torch flash, D = 192 on the 256 tile 1.04-1.18x.
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
