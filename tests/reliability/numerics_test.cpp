@@ -312,16 +312,20 @@ TEST_P(Numerics, NonFiniteInputsPropagateLikeTheReference) {
 }
 
 // The backward with NaN in a key or value row that only some rows see (causal): the
-// gradients of the rows that do not see it must stay finite, as in the reference.
+// gradients of the rows that do not see it must stay finite, as in the reference. Head
+// dims 16 (mma.sync on the GPU) and 64 / 128 / 256 (the Hopper backward's tiles: its
+// non-finite-key quarantine, bwd_ops.cuh, and at 256 the shared-key tiles).
 TEST_P(Numerics, NanInKeyOrValueBackward) {
   for (DType dtype : {DType::f32, DType::bf16})
-    for (const char tensor : {'k', 'v'}) {
-      Problem p(dtype, 12, 9, 2, 1, 16, 21);  // Sq > Sk: rows 0-2 see no key at all
-      p.desc.causal = true;
-      (tensor == 'k' ? p.k : p.v).set(0, 6, 0, 3, kNaN);  // key 6: rows 9-11 see it
-      SCOPED_TRACE(std::string("NaN in ") + tensor + " " + to_string(dtype));
-      check_backward(p, tensor == 'k' ? "nan_in_k" : "nan_in_v");
-    }
+    for (const int64_t dim : {16, 64, 128, 256})
+      for (const char tensor : {'k', 'v'}) {
+        Problem p(dtype, 12, 9, 2, 1, dim, 21);  // Sq > Sk: rows 0-2 see no key at all
+        p.desc.causal = true;
+        (tensor == 'k' ? p.k : p.v).set(0, 6, 0, 3, kNaN);  // key 6: rows 9-11 see it
+        SCOPED_TRACE(std::string("NaN in ") + tensor + " " + to_string(dtype) + " D " +
+                     std::to_string(dim));
+        check_backward(p, tensor == 'k' ? "nan_in_k" : "nan_in_v");
+      }
 }
 
 // A score of -inf for every key a row sees (q·k = -inf): documented as the reference
