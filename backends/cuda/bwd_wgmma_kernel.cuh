@@ -531,6 +531,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
   };
 
+  // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (overlapped order and kSplitD).
+  auto store_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
+                         const float(&dst)[kQueriesPerWg / 2]) {
+    uint32_t frag[KP][4];
+    pack_fragment(pt, frag);
+    store_tile(pt_tile(step), frag);
+    pack_fragment(dst, frag);
+    store_tile(ds_tile(step), frag);
+    fence_proxy_async_smem();  // the tiles are read by wgmma (after a barrier)
+  };
+
   if constexpr (kOverlap) {
     // Overlapped order: the dV/dK/dQᵀ products of step i−1 run on the tensor cores while
     // step i's element-wise phase runs (three of the five products hidden behind it):
@@ -540,15 +551,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // the element-wise phase (ptxas serialises register-A products whose registers it
     // cannot prove untouched). Step 0 and the last products are peeled off, so every
     // product is issued and waited for on one path.
-    auto store_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
-                           const float(&dst)[kQueriesPerWg / 2]) {
-      uint32_t frag[KP][4];
-      pack_fragment(pt, frag);
-      store_tile(pt_tile(step), frag);
-      pack_fragment(dst, frag);
-      store_tile(ds_tile(step), frag);
-      fence_proxy_async_smem();  // the tiles are read by wgmma (after a barrier)
-    };
     Tile prev = first;
     {
       begin_step();
@@ -600,10 +602,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   } else if constexpr (kSplitD) {
     // Serial order with shared Pᵀ / dSᵀ (D = 256):
     //   Sᵀ/dPᵀ(i) | element-wise(i) | load (i+1) | barrier | dV/dK/dQᵀ(i) | barrier | stage dQ(i)
-    // Step i+1's stage is step i−1's dQ staging tile: its load waits until the copy engine
-    // has read that (issued after the element-wise phase, so the read has had the Sᵀ / dPᵀ
-    // products' time). The second barrier: no warpgroup overwrites the stage with dQ while
-    // the other's dK / dV products still read its Q / dO.
+    // The second barrier: no warpgroup overwrites the stage with dQ while the other's dK / dV
+    // products still read its Q / dO. The next step's stage is step − 1's dQ tile (kDqStages
+    // == kStages): its load waits for the copy engine's read, by default after the
+    // element-wise phase so the read has had the Sᵀ / dPᵀ products' time (bwd_configs.hpp,
+    // kBwdSplitLoadEarly).
+    auto load_after_dq_read = [&](int step, Tile cur) {
+      if (step + 1 < steps) wait_dq_tile_read(step + 1);
+      load_next(next_tile(cur));
+    };
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step();
@@ -611,28 +618,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
-      // The next step's stage is step − 1's dQ tile (kDqStages == kStages): its load waits
-      // for the copy engine's read (bwd_configs.hpp, kBwdSplitLoadEarly).
-      if constexpr (kBwdSplitLoadEarly) {
-        if (step + 1 < steps) wait_dq_tile_read(step + 1);
-        load_next(next_tile(cur));
-      }
+      if constexpr (kBwdSplitLoadEarly) load_after_dq_read(step, cur);
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
       scores_to_grads(cur, s, dp, s, dp);
-      {
-        uint32_t frag[KP][4];
-        pack_fragment(s, frag);
-        store_tile(pt_tile(step), frag);
-        pack_fragment(dp, frag);
-        store_tile(ds_tile(step), frag);
-      }
-      fence_proxy_async_smem();  // the tiles are read by wgmma (after the barrier below)
-      if constexpr (!kBwdSplitLoadEarly) {
-        if (step + 1 < steps) wait_dq_tile_read(step + 1);
-        load_next(next_tile(cur));
-      }
+      store_grads(step, s, dp);
+      if constexpr (!kBwdSplitLoadEarly) load_after_dq_read(step, cur);
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
       wgmma_fence();
       dv_dk_products_ss(step);

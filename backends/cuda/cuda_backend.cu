@@ -26,16 +26,11 @@
 #include "kernel_params.hpp"
 #include "merge.hpp"
 #include "tile_configs.hpp"
+#include "tile_dims.hpp"
 
 namespace flash::cuda {
 namespace {
 
-// Compiled tile head dims. Any head_dim / head_dim_v that is a multiple of 8 up to 256
-// runs on the smallest of these that holds max(head_dim, head_dim_v): the loads
-// zero-fill the tile columns past each dim in shared memory (16-byte chunks: 8 elements
-// of f16/bf16, so a multiple of 8 never splits a chunk) and the stores stop at the real
-// dim, so nothing past a row is read or written in device memory.
-constexpr int kTileDims[] = {32, 64, 96, 128, 160, 192, 256};
 constexpr int kHeadDimStep = 8, kMaxHeadDim = 256;
 constexpr const char* kHeadDimRule = "a multiple of 8 from 8 to 256";
 constexpr int64_t kMaxSeqlen = int64_t{1} << 30;  // kernels index rows with int
@@ -55,38 +50,6 @@ const char* dtype_name(int dtype) {
   return dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
 }
 size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
-
-// Tile head dim: the smallest compiled dim that holds both head_dim and head_dim_v (the
-// kernels take the real dims at run time). Called only for supported dims.
-int tile_dim(const flash_problem& p) {
-  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  for (int d : kTileDims)
-    if (d >= need) return d;
-  return kTileDims[sizeof kTileDims / sizeof kTileDims[0] - 1];
-}
-
-// The Hopper forward's tile head dim: the smallest of its widths (64, 128, 192, 256) that
-// holds both dims. Problems between them (96, 160, DeepSeek's 192 / 128) run there with
-// zero columns rather than on the mma.sync kernel of their own width: at D = 96 that kernel
-// ran at 0.55-0.64 of cuDNN, below torch's FlashAttention-2, and the 128-wide wgmma tile
-// reaches 0.89-1.01 (bench/RESULTS.md, session 12).
-int wgmma_tile_dim(const flash_problem& p) {
-  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  return need <= 64 ? 64 : need <= 128 ? 128 : need <= 192 ? 192 : 256;
-}
-
-// The forward's tile head dim on the kernel that runs it.
-int fwd_tile_dim(const flash_problem& p, bool wgmma) {
-  return wgmma ? wgmma_tile_dim(p) : tile_dim(p);
-}
-
-// " (head_dim 48 on the 64-wide tile)" when the tile is wider than the problem's dims.
-std::string padding_note(const flash_problem& p, int dim) {
-  if (p.head_dim == dim && p.head_dim_v == dim) return "";
-  std::string dims = "head_dim " + std::to_string(p.head_dim);
-  if (p.head_dim_v != p.head_dim) dims += "/" + std::to_string(p.head_dim_v);
-  return " (" + dims + " on the " + std::to_string(dim) + "-wide tile, columns past it zero)";
-}
 
 // FLASH_CUDA_FWD=mma: the mma.sync forward even where the Hopper one could run (=wgmma or
 // unset: the default).
@@ -240,18 +203,6 @@ DeviceInfo current_device() {
   info.name = prop.name;
   cache.emplace(device, info);
   return info;
-}
-
-// The backward's tile head dim. On the wgmma kernel (bwd_wgmma_usable: sm_90a, f16 / bf16)
-// dims past 32 run on the smallest of its widths (64, 128, 256) that holds both: 96 on 128,
-// 160 and 192 (also 192 / 128) on 256, with zero columns (the forward has a 192 tile, the
-// backward none yet); the mma.sync kernels of their own widths ran them 2.2-3.1x slower
-// (bench/RESULTS.md, session 13). Elsewhere (and for 32): tile_dim.
-int bwd_tile_dim(const flash_problem& p, const DeviceInfo& d) {
-  const int dim = tile_dim(p);
-  if (dim <= 32) return dim;
-  const int wide = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
-  return bwd_wgmma_usable(p.dtype == FLASH_F32, wide, d.major, d.minor) ? wide : dim;
 }
 
 // Elements spanned by a [batch, seq, heads, dim] view with these strides.
@@ -500,8 +451,7 @@ struct CudaBackend {
       // Backward: f16/bf16 on tensor cores, f32 on the SIMT path, every forward head dim.
       const bool is_f32 = p.dtype == FLASH_F32;
       const DeviceInfo d = current_device();
-      const int dim = bwd_tile_dim(p, d);
-      const bool wgmma = bwd_wgmma_usable(is_f32, dim, d.major, d.minor);
+      const auto [dim, wgmma] = bwd_tile(p, d.major, d.minor);
       const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
       const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) +
                                (p.cu_seqlens_q || p.cu_seqlens_kv ? " packed" : "") +
@@ -704,8 +654,9 @@ struct CudaBackend {
     // same stream must not refill the workspace in between (stream order does the rest).
     const int batch = static_cast<int>(p.batch);
     const DeviceInfo device = current_device();
-    const int dim = bwd_tile_dim(p, device);
-    b.wgmma = bwd_wgmma_usable(p.dtype == FLASH_F32, dim, device.major, device.minor);
+    const BwdTile tile = bwd_tile(p, device.major, device.minor);
+    const int dim = tile.dim;
+    b.wgmma = tile.wgmma;
     const BwdDqPlan plan =
         bwd_dq_plan(p.dtype == FLASH_F32, b.wgmma, dim, p.nondeterministic == 0, p.batch, p.heads_q,
                     p.heads_kv, p.seqlen_q, p.seqlen_kv, device.sms);
