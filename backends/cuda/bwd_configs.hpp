@@ -163,14 +163,6 @@ constexpr bool kBwdSplitLoadEarly = FLASH_BWD_SPLIT_LOAD_EARLY != 0;
 #define FLASH_BWD_SERIAL_ONE_WAIT 0
 #endif
 constexpr bool kBwdSerialOneWait = FLASH_BWD_SERIAL_ONE_WAIT != 0;
-// Sᵀ and dPᵀ committed as two groups: the exponents of Pᵀ are taken while dPᵀ is still on
-// the tensor cores, then dSᵀ once it has landed (FlashAttention-3's order; tiles inside the
-// mask band without softcap); default: one group, both after it. A/B variant (not yet
-// measured): -DFLASH_BWD_P_FIRST=1.
-#ifndef FLASH_BWD_P_FIRST
-#define FLASH_BWD_P_FIRST 0
-#endif
-constexpr bool kBwdPFirst = FLASH_BWD_P_FIRST != 0;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
 #define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \

@@ -544,55 +544,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if (next.step < steps) load_step(next);
     cp_async_commit();
   };
-  // (kBwdPFirst: Sᵀ is a commit group of its own; the caller commits dPᵀ.)
   auto sdp_products = [&](int step, float(&s)[kQueriesPerWg / 2], float(&dp)[kQueriesPerWg / 2]) {
     keys_times_queries_t(s, sK, stage_q(step));
-    if constexpr (kBwdPFirst) wgmma_commit();
     keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
-  };
-  // Waits for Sᵀ and dPᵀ (later: groups committed after them) and turns them into Pᵀ and
-  // dSᵀ in place. kBwdPFirst: on a tile inside the mask band without softcap, the exponents
-  // run while dPᵀ is still in flight.
-  // (later: whether one group was committed after them; a constant at every call site.)
-  auto wait_for = [&](int groups_after) {
-    if (groups_after == 2)
-      wgmma_wait<2>();
-    else if (groups_after == 1)
-      wgmma_wait<1>();
-    else
-      wgmma_wait<0>();
-  };
-  auto wait_scores_to_grads = [&](int later, Tile t, float(&s)[kQueriesPerWg / 2],
-                                  float(&dp)[kQueriesPerWg / 2]) {
-    const int q0 = t.q0 + s_q_first;
-    if constexpr (kBwdPFirst && !kSoftcap) {
-      if (tile_fully_visible(mask, q0, q0 + kQueriesPerWg - 1, kw0, kw0 + 15)) {
-        const float* sl = stage_floats(t.step) + s_q_first;
-        wait_for(later + 1);
-        wgmma_fence_operands(s);
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float2 l2 = *reinterpret_cast<const float2*>(sl + j * 8 + tig * 2);
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[4 * j + e] = bwd_exp2(fmaf(s[4 * j + e], grad.mult, (e & 1) ? -l2.y : -l2.x));
-        }
-        wait_for(later);
-        wgmma_fence_operands(dp);
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float2 dl = *reinterpret_cast<const float2*>(sl + BQ + j * 8 + tig * 2);
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? dl.y : dl.x));
-        }
-        return;
-      }
-    }
-    wait_for(later);
-    wgmma_fence_operands(s);
-    wgmma_fence_operands(dp);
-    scores_to_grads(t, s, dp, s, dp);
   };
 
   // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (overlapped order and kSplitD).
@@ -623,7 +577,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       sdp_products(0, s, dp);
       wgmma_commit();
       load_next(next_tile(first));
-      wait_scores_to_grads(0, first, s, dp);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(first, s, dp, s, dp);
       store_grads(0, s, dp);
     }
     for (int step = 1; step < steps; ++step) {
@@ -637,8 +594,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       dq_products(step - 1, dq);
       wgmma_commit();
       load_next(next_tile(cur));
-      // Sᵀ/dPᵀ (committed first); step − 1's products still run.
-      wait_scores_to_grads(1, cur, s, dp);
+      wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
       wgmma_wait<0>();
 #pragma unroll
@@ -678,7 +637,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       sdp_products(step, s, dp);
       wgmma_commit();
       if constexpr (kBwdSplitLoadEarly) load_after_dq_read(step, cur);
-      wait_scores_to_grads(0, cur, s, dp);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
       if constexpr (!kBwdSplitLoadEarly) load_after_dq_read(step, cur);
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
@@ -704,7 +666,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       sdp_products(step, s, dp);
       wgmma_commit();
       load_next(next_tile(cur));
-      wait_scores_to_grads(0, cur, s, dp);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(dp);
+      scores_to_grads(cur, s, dp, s, dp);
       uint32_t pf[KS][4], df[KS][4];
       pack_fragment(s, pf);
       pack_fragment(dp, df);
