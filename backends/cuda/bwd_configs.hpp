@@ -155,14 +155,6 @@ constexpr int kBwdWgmmaMaxOwnKeysDim = 128;
 #define FLASH_BWD_SPLIT_LOAD_EARLY 0
 #endif
 constexpr bool kBwdSplitLoadEarly = FLASH_BWD_SPLIT_LOAD_EARLY != 0;
-// Serial order (D = 128): after dV (Pᵀ from registers) is issued, the barrier for the whole
-// dSᵀ tile, then dQᵀ and dK both from that shared tile, and one wait for all three (the
-// tensor pipe does not drain before the barrier); default: dV and dK from registers, drained,
-// then the barrier and dQᵀ. A/B variant (not yet measured): -DFLASH_BWD_SERIAL_ONE_WAIT=1.
-#ifndef FLASH_BWD_SERIAL_ONE_WAIT
-#define FLASH_BWD_SERIAL_ONE_WAIT 0
-#endif
-constexpr bool kBwdSerialOneWait = FLASH_BWD_SERIAL_ONE_WAIT != 0;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
 #define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \

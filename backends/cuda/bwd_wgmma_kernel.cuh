@@ -301,24 +301,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int kk = 0; kk < KS; ++kk)
       wgmma_rs<T, kColsPerWg, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
   };
-  // dV alone (Pᵀ from registers), and dK += dSᵀ·Q with dSᵀ from the step's shared tile
-  // (kBwdSerialOneWait).
-  auto dv_products = [&](int step, const uint32_t(&pf)[KS][4]) {
-    const uint64_t do_desc =
-        gmma_desc_add(gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128), L::kTileQ);
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, kColsPerWg, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
-  };
-  auto dk_products_ss = [&](int step) {
-    const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
-    const uint64_t ds_desc =
-        gmma_desc(ds_tile(step) + wg * 64 * kDsRowBytes, 16, 8 * kDsRowBytes, kDsSwizzle);
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
-                                    gmma_desc_add(q_desc, kk * 2048), 1);
-  };
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
   // rows; k16 step kk 32 bytes into the row of one swizzle atom).
   // kSplitD: all 64 keys' rows, this warpgroup's columns (d_first / 64 atoms further).
@@ -676,22 +658,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       store_tile(ds_tile(step), df);
       fence_proxy_async_smem();  // the tile is read by wgmma (after the barrier below)
       wgmma_fence();
-      if constexpr (kBwdSerialOneWait) {
-        dv_products(step, pf);
-        mma_sync();  // the whole dSᵀ tile is written
-        dq_products(step, dq);
-        dk_products_ss(step);
-        wgmma_commit();
-      } else {
-        dv_dk_products(step, pf, df);
-        wgmma_commit();
-        // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
-        // registers for dQᵀ (the register budget of D = 128).
-        if constexpr (BQ > 32) wgmma_wait<0>();
-        mma_sync();  // the whole dSᵀ tile is written
-        dq_products(step, dq);
-        wgmma_commit();
-      }
+      dv_dk_products(step, pf, df);
+      wgmma_commit();
+      // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
+      // registers for dQᵀ (the register budget of D = 128).
+      if constexpr (BQ > 32) wgmma_wait<0>();
+      mma_sync();  // the whole dSᵀ tile is written
+      dq_products(step, dq);
+      wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);

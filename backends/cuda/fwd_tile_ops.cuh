@@ -66,25 +66,6 @@ __device__ __forceinline__ void online_softmax_max(float& row_max, float tile_ma
   row_max = mx;
 }
 
-// The same with a lazily raised max (FlashAttention-4's conditional rescale): the row keeps
-// the max it subtracts until a tile's max exceeds it by more than `threshold` in exponent
-// units (log2), so p may reach 2^threshold (exact in f32, and P keeps its relative
-// precision in bf16 / f16); alpha is then exactly 1 and O needs no rescale. The lse stays
-// exact: the sum is taken against the max actually subtracted (row_max holds it). A NaN
-// tile max compares false and leaves the max, as fmaxf does.
-__device__ __forceinline__ void online_softmax_max_lazy(float& row_max, float tile_max, float mult,
-                                                        float threshold, float& max_used,
-                                                        float& alpha) {
-  // row_max = −inf: inf > threshold (any finite tile max raises it); both −inf: NaN, false.
-  if ((tile_max - row_max) * mult > threshold) {
-    alpha = fast_exp2((row_max - tile_max) * mult);
-    row_max = tile_max;
-  } else {
-    alpha = 1.f;
-  }
-  max_used = row_max == -INFINITY ? 0.f : row_max;
-}
-
 // p = exp2((score − max)·mult); −inf scores give 0.
 __device__ __forceinline__ float softmax_p(float score, float max_used, float mult) {
   return fast_exp2((score - max_used) * mult);

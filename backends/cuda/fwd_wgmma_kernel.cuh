@@ -68,13 +68,6 @@ constexpr int kVoteBarrier0 = 1;
 // Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
 // (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
 // FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
-// Rows raise the max they subtract only when a tile's max exceeds it by more than this
-// (log2 units; 0: at every new max): online_softmax_max_lazy. A/B variant (not yet
-// measured): -DFLASH_FWD_RESCALE_THRESHOLD=8.
-#ifndef FLASH_FWD_RESCALE_THRESHOLD
-#define FLASH_FWD_RESCALE_THRESHOLD 0
-#endif
-constexpr float kFwdRescaleThreshold = FLASH_FWD_RESCALE_THRESHOLD;
 #if FLASH_FWD_WGMMA_EXACT_EXP
 constexpr float kFfmaExpBound = -1.f;
 #else
@@ -404,10 +397,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         mx = fmaxf(mx, fmaxf(s_acc[0][nt][2 * h], s_acc[0][nt][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      if constexpr (kFwdRescaleThreshold > 0.f)
-        online_softmax_max_lazy(row_max[h], mx, mult, kFwdRescaleThreshold, max_used[h], alpha[h]);
-      else
-        online_softmax_max(row_max[h], mx, mult, max_used[h], alpha[h]);
+      online_softmax_max(row_max[h], mx, mult, max_used[h], alpha[h]);
     }
     const bool ffma_exp = __all_sync(0xffffffffu, fabsf(max_used[0] * mult) <= kFfmaExpBound &&
                                                       fabsf(max_used[1] * mult) <= kFfmaExpBound);
