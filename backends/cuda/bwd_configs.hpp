@@ -146,15 +146,6 @@ constexpr int kBwdLaunchRegs = 65536 / (3 * 128) / 8 * 8;
 // Past this head dim a warpgroup's dK + dV (64 keys x D f32 each) exceed its registers: the
 // warpgroups share 64 keys and split the columns (kSplitD).
 constexpr int kBwdWgmmaMaxOwnKeysDim = 128;
-// kSplitD: where a step issues the next step's loads, which first wait for the copy engine's
-// read of the previous step's dQ tile in that stage: after the element-wise phase (default:
-// the read has had the Sᵀ / dPᵀ products' time) or right after issuing Sᵀ / dPᵀ (earlier
-// loads, a possible stall on the read). A/B variant for the device (not yet measured):
-// VARIANT_FLAGS=-DFLASH_BWD_SPLIT_LOAD_EARLY=1.
-#ifndef FLASH_BWD_SPLIT_LOAD_EARLY
-#define FLASH_BWD_SPLIT_LOAD_EARLY 0
-#endif
-constexpr bool kBwdSplitLoadEarly = FLASH_BWD_SPLIT_LOAD_EARLY != 0;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
 #define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \

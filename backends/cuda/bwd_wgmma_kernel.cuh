@@ -604,9 +604,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     //   Sᵀ/dPᵀ(i) | element-wise(i) | load (i+1) | barrier | dV/dK/dQᵀ(i) | barrier | stage dQ(i)
     // The second barrier: no warpgroup overwrites the stage with dQ while the other's dK / dV
     // products still read its Q / dO. The next step's stage is step − 1's dQ tile (kDqStages
-    // == kStages): its load waits for the copy engine's read, by default after the
-    // element-wise phase so the read has had the Sᵀ / dPᵀ products' time (bwd_configs.hpp,
-    // kBwdSplitLoadEarly).
+    // == kStages): its load waits for the copy engine's read, after the element-wise phase
+    // so the read has had the Sᵀ / dPᵀ products' time (issuing it right after Sᵀ / dPᵀ
+    // measured 0-6 % slower, bench/RESULTS.md, session 14).
     auto load_after_dq_read = [&](int step, Tile cur) {
       if (step + 1 < steps) wait_dq_tile_read(step + 1);
       load_next(next_tile(cur));
@@ -618,13 +618,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
-      if constexpr (kBwdSplitLoadEarly) load_after_dq_read(step, cur);
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
       scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
-      if constexpr (!kBwdSplitLoadEarly) load_after_dq_read(step, cur);
+      load_after_dq_read(step, cur);
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
       wgmma_fence();
       dv_dk_products_ss(step);
