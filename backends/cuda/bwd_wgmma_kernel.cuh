@@ -639,6 +639,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   } else {
     // Serial order (D = 128):
     //   Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
+    // FlashAttention-3's order inside this step (dV, barrier, dQᵀ and dK from the shared dSᵀ,
+    // one wait; Pᵀ's exponents under dPᵀ) measured 0 to -4 % (bench/RESULTS.md, session 14):
+    // what bounds the step is the two warpgroups meeting at its start and at the dSᵀ barrier.
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step();
