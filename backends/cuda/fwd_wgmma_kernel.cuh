@@ -425,7 +425,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     row_sum[1] = row_sum[1] * alpha[1] + sum[1];
   };
   // O *= alpha per row, skipped when no row max of this warp moved (after the first tiles
-  // a new maximum is rare; the warp's rows are its own, so the vote is per warp).
+  // a new maximum is rare; the warp's rows are its own, so the vote is per warp). Raising
+  // the max only when it grows by more than 2^8 (FlashAttention-4), so that this almost
+  // never runs, measured the same at D 128 (bench/RESULTS.md, session 14).
   const auto rescale_o = [&](const float(&alpha)[2]) {
     if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
