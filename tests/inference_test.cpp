@@ -22,6 +22,7 @@
 #include "reference/sequences.hpp"
 #include "support/compare.hpp"
 #include "support/oracle_cache.hpp"
+#include "support/sanitized.hpp"
 #include "support/targets.hpp"
 
 namespace flash::test {
@@ -226,7 +227,10 @@ std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
 }
 
 TEST_P(Inference, PackedBatches) {
-  const std::vector<int32_t> lq = {0, 1, 17, 113, 1000}, lk = {5, 1, 1000, 113, 17};
+  // The long sequence: 250 under sanitizers (support/sanitized.hpp), still several tiles
+  // with a tail on every backend.
+  const int32_t n = kSanitized ? 250 : 1000;
+  const std::vector<int32_t> lq = {0, 1, 17, 113, n}, lk = {5, 1, n, 113, 17};
   const auto cu_q = offsets(lq), cu_k = offsets(lk);
   struct Variant {
     const char* name;
@@ -256,8 +260,8 @@ TEST_P(Inference, PackedBatches) {
       const int64_t dim = shape.dim;
       AttentionDesc d = base(dtype, 4, 2, dim);
       d.batch = 5;
-      d.seqlen_q = 1000;
-      d.seqlen_kv = 1000;
+      d.seqlen_q = n;
+      d.seqlen_kv = n;
       d.cu_seqlens_q = cu_q.data();
       d.cu_seqlens_kv = cu_k.data();
       d.causal = x.causal;
@@ -279,7 +283,9 @@ TEST_P(Inference, PackedBatches) {
 // them, as hidden keys, and 0·NaN = NaN; they must reach no row (fwd_wgmma_kernel.cuh's
 // exact path).
 TEST_P(Inference, PackedNeighbourWithNanValues) {
-  const std::vector<int32_t> lq = {40, 0, 300}, lk = {30, 50, 300};
+  // The last sequence: 150 under sanitizers (support/sanitized.hpp), still two tiles.
+  const int32_t n = kSanitized ? 150 : 300;
+  const std::vector<int32_t> lq = {40, 0, n}, lk = {30, 50, n};
   const auto cu_q = offsets(lq), cu_k = offsets(lk);
   for (const bool causal : {false, true})
     for (const int64_t dim : {64, 128}) {
@@ -287,8 +293,8 @@ TEST_P(Inference, PackedNeighbourWithNanValues) {
       if (dim != 64 && backend != Backend::cuda && backend != Backend::hip) continue;
       AttentionDesc d = base(DType::bf16, 4, 2, dim);
       d.batch = 3;
-      d.seqlen_q = 300;
-      d.seqlen_kv = 300;
+      d.seqlen_q = n;
+      d.seqlen_kv = n;
       d.cu_seqlens_q = cu_q.data();
       d.cu_seqlens_kv = cu_k.data();
       d.causal = causal;
@@ -330,17 +336,20 @@ TEST_P(Inference, PackedBatchWithoutKeys) {
 }
 
 TEST_P(Inference, CacheLengths) {
-  const std::vector<int32_t> lens = {0, 5, 700, 1000};
+  // The cache: 300 keys under sanitizers (support/sanitized.hpp), still split into
+  // several key chunks for decode and several tiles for the sq = 16 prefill.
+  const int32_t sk = kSanitized ? 300 : 1000;
+  const std::vector<int32_t> lens = {0, 5, sk * 7 / 10, sk};
   for (int64_t sq : {1, 3, 16})
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
       AttentionDesc d = base(dtype, 8, 2, 128);
       d.batch = 4;
       d.seqlen_q = sq;
-      d.seqlen_kv = 1000;
+      d.seqlen_kv = sk;
       d.seqlens_kv = lens.data();
       d.causal = sq > 1;
       std::mt19937_64 rng(2);
-      Buffer q(dtype, 4 * sq * 8 * 128), k(dtype, 4 * 1000 * 2 * 128), v = k;
+      Buffer q(dtype, 4 * sq * 8 * 128), k(dtype, 4 * sk * 2 * 128), v = k;
       q.fill(rng);
       k.fill(rng);
       v.fill(rng);
@@ -381,13 +390,17 @@ TEST_P(Inference, PagedCaches) {
 
 // One query token against a long cache (GQA 4:1), contiguous and paged (shuffled pages);
 // the paged problem runs twice on the same stream, so scratch counters a call leaves
-// dirty (the cuda decode's split counts) would fail the second.
+// dirty (the cuda decode's split counts) would fail the second. Under sanitizers
+// (support/sanitized.hpp) the long caches are 4x shorter: the cpu decode still splits
+// each into 128 chunks (of 256 keys; of two 64-key pages).
 TEST_P(Inference, DecodeLongCache) {
   if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
   struct Case {
     int64_t keys, page, runs;
   };
-  for (const Case c : {Case{4096, 0, 1}, Case{131072, 0, 1}, Case{65536, 64, 2}}) {
+  const int64_t shorter = kSanitized ? 4 : 1;
+  for (const Case c : {Case{4096, 0, 1}, Case{131072 / shorter, 0, 1},
+                       Case{65536 / shorter, 64, 2}}) {
     AttentionDesc d = base(DType::bf16, 8, 2, 64);
     d.batch = 1;
     d.seqlen_q = 1;
