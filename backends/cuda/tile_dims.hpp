@@ -18,10 +18,15 @@ namespace flash::cuda {
 // dim, so nothing past a row is read or written in device memory.
 inline constexpr int kTileDims[] = {32, 64, 96, 128, 160, 192, 256};
 
+// The width a tile must hold: max(head_dim, head_dim_v).
+inline int64_t widest_dim(const flash_problem& p) {
+  return p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+}
+
 // Tile head dim: the smallest compiled dim that holds both head_dim and head_dim_v (the
 // kernels take the real dims at run time). Called only for supported dims.
 inline int tile_dim(const flash_problem& p) {
-  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  const int64_t need = widest_dim(p);
   for (int d : kTileDims)
     if (d >= need) return d;
   return kTileDims[sizeof kTileDims / sizeof kTileDims[0] - 1];
@@ -33,7 +38,7 @@ inline int tile_dim(const flash_problem& p) {
 // ran at 0.55-0.64 of cuDNN, below torch's FlashAttention-2, and the 128-wide wgmma tile
 // reaches 0.89-1.01 (bench/RESULTS.md, session 12).
 inline int wgmma_tile_dim(const flash_problem& p) {
-  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  const int64_t need = widest_dim(p);
   return need <= 64 ? 64 : need <= 128 ? 128 : need <= 192 ? 192 : 256;
 }
 
