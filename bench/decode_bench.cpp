@@ -5,12 +5,14 @@
 //
 //   flashattn-decode-bench [--backend cuda|cpu] [--dtype bf16|f16|f32] [--heads-q 32]
 //                          [--heads-kv 8] [--head-dim 128] [--batch 1 8] [--keys 8192 ...]
-//                          [--queries 1 4] [--page 0 64] [--iters 50]
+//                          [--queries 1 4] [--page 0 64] [--sorted-pages] [--iters 50]
 //
 // GB/s counts K and V once (2 · batch · keys · heads_kv · head_dim · element size); the
 // copy column is bench::copy_gbps of the same bytes (read + write of a copy of half of
 // them, as a device copy's bandwidth is usually quoted), so "of copy" compares the two
-// rates directly. flashattn-compare measures decode the same way, beside the reference.
+// rates directly. --sorted-pages gives sequence b pages b·pps .. (b+1)·pps − 1 in order
+// (the layout of a contiguous cache, split into pages): what the page lookups cost, apart
+// from where the pages lie. flashattn-compare measures decode the same way, beside the reference.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +38,7 @@ struct Options {
   int64_t heads_q = 32, heads_kv = 8, head_dim = 128;
   std::vector<int64_t> batch = {1, 8}, keys = {8192, 32768, 131072}, queries = {1, 4},
                        page = {0, 64};
+  bool sorted_pages = false;
   int iters = 50;
 };
 
@@ -71,6 +74,8 @@ Options parse(int argc, char** argv) {
       o.queries = numbers(i, argc, argv);
     } else if (a == "--page") {
       o.page = numbers(i, argc, argv);
+    } else if (a == "--sorted-pages") {
+      o.sorted_pages = true;
     } else if (a == "--iters") {
       o.iters = static_cast<int>(numbers(i, argc, argv).at(0));
     } else {
@@ -149,7 +154,8 @@ int main(int argc, char** argv) {
             bench::DeviceBuffer table;
             if (page > 0) {
               const int64_t pps = (keys + page - 1) / page, pages = b * pps;
-              const std::vector<int32_t> ids = bench::shuffled_pages(pages, 7);
+              std::vector<int32_t> ids = bench::shuffled_pages(pages, 7);
+              if (o.sorted_pages) std::sort(ids.begin(), ids.end());
               table = bench::DeviceBuffer(*dev, ids.size() * sizeof(int32_t));
               dev->upload(table.data(), ids.data(), ids.size() * sizeof(int32_t));
               d.block_table = static_cast<const int32_t*>(table.data());
@@ -179,8 +185,10 @@ int main(int argc, char** argv) {
                 "%.1f |\n",
                 name.c_str(), flash::to_string(o.dtype), (long long)b, (long long)sq,
                 (long long)o.heads_q, (long long)o.heads_kv, (long long)keys,
-                page > 0 ? ("paged " + std::to_string(page)).c_str() : "contiguous", ms, gbs,
-                copy_gbs, gbs / copy_gbs, host_us);
+                page > 0
+                    ? ("paged " + std::to_string(page) + (o.sorted_pages ? " sorted" : "")).c_str()
+                    : "contiguous",
+                ms, gbs, copy_gbs, gbs / copy_gbs, host_us);
             std::fflush(stdout);
           }
   }

@@ -399,8 +399,8 @@ TEST_P(Inference, DecodeLongCache) {
     int64_t keys, page, runs;
   };
   const int64_t shorter = kSanitized ? 4 : 1;
-  for (const Case c : {Case{4096, 0, 1}, Case{131072 / shorter, 0, 1},
-                       Case{65536 / shorter, 64, 2}}) {
+  for (const Case c :
+       {Case{4096, 0, 1}, Case{131072 / shorter, 0, 1}, Case{65536 / shorter, 64, 2}}) {
     AttentionDesc d = base(DType::bf16, 8, 2, 64);
     d.batch = 1;
     d.seqlen_q = 1;
@@ -424,6 +424,67 @@ TEST_P(Inference, DecodeLongCache) {
       check(d, q, k, v, false,
             "decode keys=" + std::to_string(c.keys) + " page=" + std::to_string(c.page) + " run " +
                 std::to_string(run));
+  }
+}
+
+// Decode splits that the cuda backend merges inside one thread block cluster
+// (decode_cluster_merge, sm_90a): one (sequence, kv head) with 1k / 2k / 8k keys (2k at
+// head dim 256) splits into 2 / 4 / 8 / 16 blocks, one cluster of each size, which any
+// compute capability 9.0 GPU runs: there explain() must name the cluster merge. Every
+// other backend and device runs the same problems its own way. Rows 4 and 12 of the
+// kernel's 16-row tile, head dims 64, 96 (columns past head_dim_v in the padded tile) and
+// 256, lse, cache lengths that leave the last splits without keys, paged caches, and eight
+// kv heads (eight clusters where they fit at once, else the merge through global memory).
+TEST_P(Inference, DecodeSplitsInOneCluster) {
+  if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
+  bool sm90 = false;
+  for (const BackendInfo& b : backends())
+    sm90 |= b.backend == Backend::cuda && GetParam().backend == Backend::cuda &&
+            b.detail.find("compute capability 9.0") != std::string::npos;
+  struct Case {
+    int64_t keys, hkv, sq, dim;
+    DType dtype;
+    int32_t len;  // cache length of the one sequence (0: all keys)
+    int64_t page;
+    bool one_cluster;  // a single (sequence, kv head): the cluster merge on sm_90a
+  };
+  for (const Case c :
+       {Case{1024, 1, 1, 64, DType::bf16, 0, 0, true}, Case{2048, 1, 3, 96, DType::f16, 0, 0, true},
+        Case{2048, 1, 1, 256, DType::bf16, 700, 0, true},
+        Case{8192, 1, 1, 128, DType::bf16, 0, 64, true},
+        Case{8192, 1, 3, 128, DType::f16, 2100, 16, true},
+        Case{8192, 8, 1, 128, DType::bf16, 0, 0, false}}) {
+    const int64_t hq = 4 * c.hkv;
+    AttentionDesc d = base(c.dtype, hq, c.hkv, c.dim);
+    d.batch = 1;
+    d.seqlen_q = c.sq;
+    d.seqlen_kv = c.keys;
+    d.causal = true;
+    const std::vector<int32_t> lens = {c.len};
+    if (c.len > 0) d.seqlens_kv = lens.data();
+    std::mt19937_64 rng(5);
+    std::vector<int32_t> table;
+    if (c.page > 0) {
+      d.page_size = c.page;
+      d.pages_per_seq = d.num_pages = c.keys / c.page;
+      table.resize(static_cast<size_t>(d.num_pages));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      d.block_table = table.data();
+    }
+    const std::string what = "keys=" + std::to_string(c.keys) + " hkv=" + std::to_string(c.hkv) +
+                             " sq=" + std::to_string(c.sq) + " dim=" + std::to_string(c.dim) +
+                             " page=" + std::to_string(c.page);
+    if (sm90 && c.one_cluster) {
+      d.backend = Backend::cuda;
+      const std::string kernel = explain(d).kernel;
+      EXPECT_NE(kernel.find("cluster-merge"), std::string::npos) << what << ": " << kernel;
+    }
+    Buffer q(c.dtype, c.sq * hq * c.dim), k(c.dtype, c.keys * c.hkv * c.dim), v = k;
+    q.fill(rng);
+    k.fill(rng);
+    v.fill(rng);
+    check(d, q, k, v, false, "decode cluster " + what);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -104,6 +105,13 @@ bool fwd_lpt_tail() {
   return flash::detail::env_switch("FLASH_CUDA_FWD_LPT_TAIL", {"0", "1"}) != "0";
 }
 
+// Whether the tensor-core decode kernel may merge its splits in a thread block cluster
+// (decode_cluster_merge) where they fit: on, unless FLASH_CUDA_DECODE_CLUSTER=0 (the merge
+// through global memory, kept for A/B and for grids whose clusters do not fit).
+bool decode_cluster_allowed() {
+  return flash::detail::env_switch("FLASH_CUDA_DECODE_CLUSTER", {"0", "1"}) != "0";
+}
+
 // Every switch environment variable checked on every call (choose() runs first in
 // forward / backward / merge), whichever kernel the call takes: a bad value fails even
 // where its knob does not apply, and before any work is queued.
@@ -113,6 +121,7 @@ void validate_switches() {
   (void)fwd_wgmma_persistent();
   (void)fwd_l2_section_bytes(0);
   (void)fwd_lpt_tail();
+  (void)decode_cluster_allowed();
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -359,9 +368,22 @@ void stage_sequence_arrays(HostStaging& staging, FwdParams& f, const flash_probl
 struct DecodePlan {
   bool use = false;
   int dim = 0, rows = 0, row_chunks = 0, splits = 1;
+  int cluster = 1;  // > 1: the splits of a unit run as one cluster (DecodeParams::cluster)
   DecodeShapeInfo shape{};
 };
-DecodePlan decode_plan(const flash_problem& p, int sms, int smem_optin) {
+// Clusters of `cluster` blocks of the tensor-core decode kernel that run at once on the
+// current device, asked once per (device, dim, cluster).
+int decode_cluster_capacity(int device, int dim, int cluster) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, dim, cluster);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, decode_max_active_clusters(dim, cluster)).first;
+  return it->second;
+}
+DecodePlan decode_plan(const flash_problem& p, const DeviceInfo& device) {
+  const int sms = device.sms, smem_optin = device.smem_optin;
   DecodePlan d;
   const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q * group;
   d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
@@ -381,6 +403,18 @@ DecodePlan decode_plan(const flash_problem& p, int sms, int smem_optin) {
       1, p.seqlen_kv /
              (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
   d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
+  // The cluster merge (f16 / bf16, sm_90a code on compute capability 9.0: cluster_ops.cuh):
+  // a unit's splits are one cluster when their count is a power of two up to
+  // kDecodeMaxCluster (each block owns D / splits columns) and every unit's cluster runs at
+  // once (a second wave of clusters would idle most SMs).
+  const bool pow2 = (d.splits & (d.splits - 1)) == 0;
+  bool sm90a = false;
+#ifdef FLASHATTN_CUDA_SM90A
+  sm90a = device.major == 9 && device.minor == 0;
+#endif
+  if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && d.splits <= kDecodeMaxCluster && pow2 &&
+      decode_cluster_allowed() && decode_cluster_capacity(device.device, d.dim, d.splits) >= units)
+    d.cluster = d.splits;
   return d;
 }
 
@@ -390,6 +424,7 @@ std::string decode_name(const flash_problem& p, const DecodePlan& d) {
                      std::to_string(d.shape.warps) + " " + dtype_name(p.dtype) +
                      " splits=" + std::to_string(d.splits);
   if (d.row_chunks > 1) name += " row_chunks=" + std::to_string(d.row_chunks);
+  if (d.cluster > 1) name += " cluster-merge";
   if (p.block_table) name += " paged(page " + std::to_string(p.page_size) + ")";
   if (p.seqlens_kv) name += " cache-lengths";
   if (p.cu_seqlens_q || p.cu_seqlens_kv) name += " packed";
@@ -463,7 +498,7 @@ struct CudaBackend {
       return Choice::run(name);
     }
     const DeviceInfo d = current_device();
-    if (const DecodePlan dec = decode_plan(p, d.sms, d.smem_optin); dec.use) {
+    if (const DecodePlan dec = decode_plan(p, d); dec.use) {
       if (static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
         return Choice::decline("cuda backend: decode grid too large: heads_kv = " +
                                std::to_string(p.heads_kv) + " x " + std::to_string(dec.row_chunks) +
@@ -523,7 +558,7 @@ struct CudaBackend {
     staging.commit();
     const int batch = static_cast<int>(p.batch);
     const DeviceInfo device = current_device();
-    if (const DecodePlan dec = decode_plan(p, device.sms, device.smem_optin); dec.use) {
+    if (const DecodePlan dec = decode_plan(p, device); dec.use) {
       DecodeParams dp{};
       dp.f = f;
       dp.block_table = block_table;
@@ -532,12 +567,13 @@ struct CudaBackend {
       dp.num_pages = p.num_pages;
       dp.heads_kv = static_cast<int>(p.heads_kv);
       dp.splits = dec.splits;
+      dp.cluster = dec.cluster;
       dp.row_chunks = dec.row_chunks;
       // Split partials live in the cached per-stream workspace and the split counters in
       // the zeroed counter buffer, both held until the kernel is enqueued (another host
       // thread on this stream must not reuse them in between).
       LockedBuffer workspace, counters;
-      if (dec.splits > 1) {
+      if (dec.splits > 1 && dec.cluster == 1) {
         const size_t slots =
             static_cast<size_t>(p.batch * p.heads_kv) * dec.row_chunks * dec.splits * dec.rows;
         workspace = lock_device_buffer(stream, BufferPurpose::workspace,

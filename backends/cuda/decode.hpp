@@ -25,6 +25,9 @@ constexpr int kDecodeMaxSplits = 128;
 #endif
 constexpr int kDecodeWaves = FLASH_DECODE_WAVES;
 constexpr int kDecodeMinTilesPerWarp = 4;
+// The most splits that merge through distributed shared memory as one thread block
+// cluster (16: a non-portable cluster size, which H100 / H200 allow).
+constexpr int kDecodeMaxCluster = 16;
 
 // Padded head dim of the decode kernel: 64, 128 or 256.
 inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
@@ -39,6 +42,10 @@ struct DecodeShapeInfo {
   int warps, smem_bytes, tile_keys;
 };
 DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows);
+// How many clusters of `cluster` blocks of the tensor-core decode kernel (f16 / bf16, head
+// dim `dim`, with the cluster merge's receive area) the current device runs at once; 0 where
+// it runs none (cudaOccupancyMaxActiveClusters, asked once per device, dim and size).
+int decode_max_active_clusters(int dim, int cluster);
 
 template <Dtype kDtype>
 void launch_decode(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream);

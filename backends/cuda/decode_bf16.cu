@@ -12,3 +12,19 @@ void launch_decode<Dtype::bf16>(const DecodeParams& dp, int dim, int rows, int b
 }
 
 }  // namespace flash::cuda
+
+namespace flash::cuda {
+
+// f16 and bf16 share the tensor-core shapes: the bf16 kernels answer for both.
+int decode_max_active_clusters(int dim, int cluster) {
+  switch (dim) {
+    case 64:
+      return decode_max_active_clusters_for<__nv_bfloat16, 64>(cluster);
+    case 128:
+      return decode_max_active_clusters_for<__nv_bfloat16, 128>(cluster);
+    default:
+      return decode_max_active_clusters_for<__nv_bfloat16, 256>(cluster);
+  }
+}
+
+}  // namespace flash::cuda

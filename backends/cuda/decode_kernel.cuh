@@ -14,7 +14,9 @@
 // owning head_dim/32 output columns. The block's warps are combined in shared memory;
 // with one split the block writes o and lse, else an f32 partial (o normalised, lse),
 // and the last block of the (sequence, kv head, row chunk) to finish merges the splits
-// (decode_merge_if_last: one kernel per call, no host round trip).
+// (decode_merge_if_last: one kernel per call, no host round trip). On sm_90 the tensor-core
+// kernel runs a unit's splits as one thread block cluster when they fit in one wave, and
+// the splits merge through distributed shared memory instead (decode_cluster_merge).
 // Paged K/V: lane j looks up the page of key j once per tile and the warp shares the
 // row offsets through shuffles; page ids outside [0, num_pages) read nothing (the key is
 // masked), lengths are clamped to the declared maxima (sequence.cuh).
@@ -31,6 +33,7 @@
 #include <cuda/atomic>
 #include <type_traits>
 
+#include "cluster_ops.cuh"
 #include "decode.hpp"
 #include "decode_trace.cuh"
 #include "device_ops.cuh"
@@ -79,6 +82,19 @@ struct DecodeParams {
   float* part_lse;  // [batch, heads_kv, row_chunks, splits, kM], natural log
   int* split_done;  // splits > 1: splits finished per (sequence, kv head, row chunk);
                     // zero between calls (the last block resets its counter)
+  int cluster;      // > 1: the splits (= cluster) of a unit are one cluster and merge in
+                    // distributed shared memory (no part_o / split_done); else 1
+};
+
+// A block's receive area for the cluster merge (past its ring, decode_mma_kernel.cuh):
+// an mbarrier, then the partials of its column slice (D / cluster columns) from every
+// split s of the unit, floats [s][row][column], then every split's lse, floats [s][row].
+template <int D, int M>
+struct DecodeRecv {
+  static constexpr int kBarBytes = 16;
+  static constexpr int kLseOffset = M * D;  // floats: cluster · M · (D / cluster)
+  static constexpr int kBytes = kBarBytes + (M * D + M * kDecodeMaxCluster) * 4;
+  static_assert(D % kDecodeMaxCluster == 0, "every block of a cluster owns whole columns");
 };
 
 // Where row r (0 .. seqlen_q·group − 1) of a kv head's packed rows is: query token
@@ -136,6 +152,12 @@ __device__ __forceinline__ void load_f32(const T* src, float (&out)[n]) {
 // max that keeps NaN (a merge with a NaN part gives NaN, not the other parts' result).
 __device__ __forceinline__ float nan_max(float a, float b) {
   return isnan(a) || isnan(b) ? NAN : fmaxf(a, b);
+}
+
+// The weight exp(lse_s − max) of a split in a merge whose largest lse is mx: 0 for a split
+// that saw no key (lse = −inf; its partial o holds zeros) and when no split saw a key.
+__device__ __forceinline__ float split_weight(float lse, float mx) {
+  return mx == -INFINITY || lse == -INFINITY ? 0.f : __expf(lse - mx);
 }
 
 __device__ __forceinline__ float warp_max(float x) {
@@ -255,8 +277,7 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp, flo
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      // A part with lse = −inf saw no key: weight 0 (its partial o holds zeros).
-      const float w = empty || l[i] == -INFINITY ? 0.f : __expf(l[i] - mx);
+      const float w = split_weight(l[i], mx);
       if (lane + 32 * i < splits) weight[lane + 32 * i] = w;
       sum += w;
     }
@@ -285,17 +306,80 @@ __device__ __forceinline__ void decode_merge_if_last(const DecodeParams& dp, flo
   }
 }
 
+// The cluster merge's receive barrier: initialised by thread 0 to expect every split's
+// rows of this block's column slice, then the block arrives on the cluster barrier (its
+// wait, in decode_block_epilogue, comes before the first store into another block). Called
+// by every thread of a block of a cluster launch (dp.cluster > 1), before the key loop.
+template <int D, int M>
+__device__ __forceinline__ void decode_cluster_prologue(const DecodeParams& dp, unsigned char* recv,
+                                                        int rows_here) {
+  if (threadIdx.x == 0) {
+    const uint32_t bar = smem_addr(recv);
+    const int cols = D / dp.cluster;
+    mbar_init(bar, 1);
+    mbar_arrive_expect_tx(bar, static_cast<uint32_t>(dp.cluster * rows_here * (cols + 1) * 4));
+    mbar_init_fence();
+  }
+  cluster_arrive();
+}
+
+// The split merge of a cluster launch, in the block that owns columns split·cols ..
+// (split + 1)·cols − 1 of the unit's rows (cols = D / cluster): once every split's slice
+// and lse have landed in `recv` (the barrier counts their bytes), lse = ln Σ exp(lse_s) and
+// o = Σ exp(lse_s − lse)·o_s, as decode_merge_if_last. No global round trip: the tail of a
+// decode is a store into the owners' shared memory and this wait.
+template <class T, int D, int M, int W>
+__device__ __forceinline__ void decode_cluster_merge(const DecodeParams& dp, unsigned char* recv,
+                                                     const SequenceRows& seq, int64_t b,
+                                                     int kv_head, int chunk, int split,
+                                                     int rows_here) {
+  using R = DecodeRecv<D, M>;
+  const FwdParams& p = dp.f;
+  const int splits = dp.cluster, cols = D / splits;
+  const float* part = reinterpret_cast<const float*>(recv + R::kBarBytes);
+  mbar_wait(smem_addr(recv), 0);
+  decode_trace(DecodeMark::counted);
+  for (int idx = threadIdx.x; idx < rows_here * cols; idx += W * 32) {
+    const int m = idx / cols, c = idx % cols, d = split * cols + c;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = nan_max(mx, part[R::kLseOffset + s * M + m]);
+    float sum = 0.f, o = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float w = split_weight(part[R::kLseOffset + s * M + m], mx);
+      sum += w;
+      o = fmaf(w, part[(s * M + m) * cols + c], o);
+    }
+    const bool empty = mx == -INFINITY;  // no split saw a key: o = 0, lse = −inf
+    const DecodeRow row = decode_row(chunk * M + m, kv_head, p.group);
+    if (d < p.head_dim_v)
+      static_cast<T*>(
+          p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
+          from_f32<T>(empty ? 0.f : o / sum);
+    if (d == 0 && p.lse)
+      p.lse[sequence_rows(p, b, row.head).lse + row.i] = empty ? -INFINITY : mx + logf(sum);
+  }
+}
+
 // The block's last step, shared by the decode kernels: comb holds, per warp and row,
 // the unnormalised O (kDim floats), the row max (raw score units) and the row sum.
-// Combines the warps; one split writes o and lse, more write the split's f32 partial.
+// Combines the warps; one split writes o and lse, more write the split's f32 partial
+// (global memory, or in a cluster launch the owners' slices of `recv`).
 template <class T, int D, int M, int W>
 __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, float* comb,
                                                       const SequenceRows& seq, int64_t b,
                                                       int kv_head, int chunk, int split,
-                                                      int rows_total, float mult) {
+                                                      int rows_total, float mult,
+                                                      unsigned char* recv = nullptr) {
+  using R = DecodeRecv<D, M>;
   const FwdParams& p = dp.f;
   const int tid = threadIdx.x, row0 = chunk * M;
+  const bool in_cluster = dp.cluster > 1;
+  const int cols = D / dp.cluster;
   decode_trace(DecodeMark::joined);
+  // Every block of the cluster has initialised its receive barrier (and still runs: a block
+  // exits only after its own slices have landed).
+  if (in_cluster) cluster_wait();
+  const uint32_t recv_base = in_cluster ? smem_addr(recv) : 0u;
   for (int idx = tid; idx < M * D; idx += (W * 32)) {
     const int m = idx / D, d = idx % D, r = row0 + m;
     if (r >= rows_total) continue;
@@ -321,6 +405,16 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
             p.o)[seq.o + (int64_t)row.i * p.o_stride[1] + (int64_t)row.head * p.o_stride[2] + d] =
             from_f32<T>(out);
       if (d == 0 && p.lse) p.lse[sequence_rows(p, b, row.head).lse + row.i] = lse;
+    } else if (in_cluster) {
+      // Column d to its owner (cluster rank d / cols); the row's lse to every owner.
+      const int owner = d / cols;
+      const uint32_t slot = recv_base + R::kBarBytes + 4 * ((split * M + m) * cols + d % cols);
+      st_async_f32(cluster_map(slot, owner), out, cluster_map(recv_base, owner));
+      if (d == 0)
+        for (int o = 0; o < dp.cluster; ++o)
+          st_async_f32(
+              cluster_map(recv_base + R::kBarBytes + 4 * (R::kLseOffset + split * M + m), o), lse,
+              cluster_map(recv_base, o));
     } else {
       const int64_t part =
           ((b * dp.heads_kv + kv_head) * dp.row_chunks + chunk) * dp.splits + split;
@@ -328,10 +422,13 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
       if (d == 0) dp.part_lse[part * M + m] = lse;
     }
   }
-  if (dp.splits > 1)
-    decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
-  else
+  if (dp.splits == 1)
     decode_trace(DecodeMark::counted);
+  else if (in_cluster)
+    decode_cluster_merge<T, D, M, W>(dp, recv, seq, b, kv_head, chunk, split,
+                                     min(M, rows_total - row0));
+  else
+    decode_merge_if_last<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, rows_total);
 }
 
 template <class T, class S>

@@ -11,7 +11,9 @@
 // copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
 // masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
 // reaches a row. Warps are combined in shared memory; one split writes o/lse, more write f32
-// partials that the unit's last block merges (decode_merge_if_last). Tolerance class: bf16/f16 P
+// partials that the unit's last block merges (decode_merge_if_last), or, launched as one
+// cluster per unit (sm_90, when the clusters fit in one wave), store each column slice into
+// the shared memory of the block that owns it (decode_cluster_merge). Tolerance class: bf16/f16 P
 // and inputs into f32 accumulators (as the forward kernels). Speed: bench/RESULTS.md ("decode").
 // Run: FLASH_LOG=1 names decode_mma_* kernels.
 #pragma once
@@ -58,6 +60,10 @@ struct DecodeMmaShape {
   static constexpr int kCombineBytes = kWarps * kM * (kDim + 2) * 4;
   static constexpr int kSmemBytes =
       kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
+  // A cluster launch adds the merge's receive area past the ring (DecodeRecv).
+  static constexpr int kClusterSmemBytes = kSmemBytes + DecodeRecv<kDim, kM>::kBytes;
+  static_assert(kSmemBytes % 16 == 0, "the receive barrier is 8-byte aligned");
+  static_assert(kClusterSmemBytes <= 227 * 1024, "a block fits an sm_90 SM's shared memory");
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kKeys % 16 == 0 && kWarps >= 1, "whole k16 steps of P·V; at least a warp");
   static_assert(kChunks % 4 == 0, "swizzled rows are multiples of 64 bytes");
@@ -81,8 +87,10 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const SequenceRows seq = sequence_rows(p, b, 0);
   const MaskParams& mask = seq.mask;
   const int rows_total = mask.seqlen_q * p.group, row0 = chunk * M;
-  if (row0 >= rows_total) return;  // block-uniform
+  if (row0 >= rows_total) return;  // uniform over the block and its cluster (same unit)
   decode_trace(DecodeMark::start);
+  unsigned char* recv = decode_smem + S::kSmemBytes;  // cluster launches only
+  if (dp.cluster > 1) decode_cluster_prologue<D, M>(dp, recv, min(M, rows_total - row0));
 
   const int skv = mask.seqlen_kv;
   const int per_split = ((skv + dp.splits - 1) / dp.splits + KT - 1) / KT * KT;
@@ -325,7 +333,8 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     }
   }
   __syncthreads();
-  decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult);
+  decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult,
+                                    recv);
   decode_trace(DecodeMark::end);
 }
 
@@ -339,6 +348,67 @@ void allow_dynamic_smem_once(int bytes) {
   (void)done;
 }
 
+// The launch configuration of a decode grid: splits x (kv heads · row chunks) x sequences,
+// with clusters of dp.cluster blocks along the splits when dp.cluster > 1.
+struct DecodeLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute cluster{};
+  DecodeLaunch(const DecodeParams& dp, int sequences, int threads, int smem, cudaStream_t stream) {
+    config.gridDim = dim3(dp.splits, dp.heads_kv * dp.row_chunks, sequences);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    if (dp.cluster > 1) {
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = dp.cluster;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+    }
+  }
+};
+
+// The tensor-core decode kernel's attributes, set once: its dynamic shared-memory limit (the
+// cluster launch's, where the device has that much) and cluster sizes up to
+// kDecodeMaxCluster (above 8 is non-portable). A refused setting is cleared from the
+// runtime's last error (the launch check reads it), and the plan never asks for it.
+template <class T, class S>
+void allow_decode_clusters_once() {
+  static const bool done = [] {
+    const auto kernel = decode_mma_kernel<T, S>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             S::kClusterSmemBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 S::kSmemBytes);
+    }
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess)
+      (void)cudaGetLastError();
+    return true;
+  }();
+  (void)done;
+}
+
+// cudaOccupancyMaxActiveClusters for the tensor-core kernel of head dim kD (0 on error).
+template <class T, int kD>
+int decode_max_active_clusters_for(int cluster) {
+  using S = DecodeMmaShape<T, kD>;
+  allow_decode_clusters_once<T, S>();
+  DecodeParams dp{};
+  dp.splits = dp.cluster = cluster;
+  dp.heads_kv = dp.row_chunks = 1;
+  DecodeLaunch launch(dp, 1, S::kThreads, S::kClusterSmemBytes, nullptr);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, decode_mma_kernel<T, S>, &launch.config) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it for the next call's check
+    return 0;
+  }
+  return clusters;
+}
+
 // Launches the decode kernel of a dtype: f16/bf16 on tensor cores (rows per block 16),
 // f32 on the plain-FMA decode_split_kernel (rows per block 4 or 16, decode.hpp).
 template <class T>
@@ -348,9 +418,9 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
     for (int b0 = 0; b0 < batch; b0 += 65535) {
       DecodeParams part = dp;
       part.f.batch_offset = b0;
-      const int n = std::min(batch - b0, 65535);
+      DecodeLaunch launch(dp, std::min(batch - b0, 65535), threads, smem, stream);
       decode_trace_before_launch(stream);
-      kernel<<<dim3(dp.splits, dp.heads_kv * dp.row_chunks, n), threads, smem, stream>>>(part);
+      (void)cudaLaunchKernelEx(&launch.config, kernel, part);  // errors: the caller's check
       decode_trace_after_launch(stream);
     }
   };
@@ -363,8 +433,9 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
       run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes);
     } else {
       using S = DecodeMmaShape<T, kD>;
-      allow_dynamic_smem_once<decode_mma_kernel<T, S>>(S::kSmemBytes);
-      run(decode_mma_kernel<T, S>, S::kThreads, S::kSmemBytes);
+      allow_decode_clusters_once<T, S>();  // the larger limit serves both launches
+      run(decode_mma_kernel<T, S>, S::kThreads,
+          dp.cluster > 1 ? S::kClusterSmemBytes : S::kSmemBytes);
     }
   };
   using Small = std::integral_constant<int, kDecodeRowsSmall>;

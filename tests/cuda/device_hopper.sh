@@ -159,16 +159,22 @@ if has decodebench; then
 fi
 # decodeab: decode GB/s of this tree and variant builds (AB), alternating, each timed with
 # and without FLASH_BENCH_GATE (whether host enqueue time leaks into the GPU timing).
+# DECODE_ENVS (e.g. "FLASH_CUDA_DECODE_CLUSTER=1 FLASH_CUDA_DECODE_CLUSTER=0") instead
+# alternates this tree's module under each environment setting; DECODE_BENCH_ARGS adds
+# bench options (e.g. --sorted-pages).
 if has decodeab; then
   for round in $(seq ${ROUNDS:-2}); do
-    for v in ${AB:-new variant}; do
+    for v in ${DECODE_ENVS:-${AB:-new variant}}; do
       m=$mod; [ $v = old ] && m=$old_mod; [ $v = variant ] && m=$variant_mod; [ $v = variant2 ] && m=$variant2_mod
       [ -n "$m" ] || continue
+      env_set=$([[ $v == *=* ]] && echo "$v" || echo "FLASH_AB_LABEL=$v")
       for gate in ${GATES:-0 1}; do
-        FLASH_BENCH_GATE=$gate FLASH_BACKEND_PATH=$(dirname "$m") timeout 120 \
+        env "$env_set" FLASH_BENCH_GATE=$gate FLASH_BACKEND_PATH=$(dirname "$m") timeout 120 \
           $b/bench/flashattn-decode-bench --backend cuda --iters 30 --queries ${DECODE_QUERIES:-1} \
-          --batch 1 8 --keys ${DECODE_KEYS:-8192 32768 131072} --page ${DECODE_PAGES:-0} 2>&1 |
-          sed "s/^| cuda /| $v gate$gate /" | tee -a "$OUT/decodeab.log" | grep -E "^\| $v" | cut -d'|' -f2,4,7,8,10-13
+          --batch 1 8 --keys ${DECODE_KEYS:-8192 32768 131072} --page ${DECODE_PAGES:-0} \
+          ${DECODE_BENCH_ARGS:-} 2>&1 |
+          sed "s/^| cuda /| ${v#FLASH_} gate$gate /" | tee -a "$OUT/decodeab.log" |
+          grep -vE "^\|( backend|---)" | cut -d'|' -f2,4,7,8,10-13
       done
     done
   done
