@@ -371,6 +371,13 @@ struct DecodePlan {
   int cluster = 1;  // > 1: the splits of a unit run as one cluster (DecodeParams::cluster)
   DecodeShapeInfo shape{};
 };
+// The least share of its planned splits that a decode keeps when they become one cluster
+// per unit (B 1, 8 kv heads on an H100: 16 splits do not fit as 8 clusters at once, 14 do).
+struct DecodeShare {
+  int num, den;
+};
+constexpr DecodeShare kDecodeClusterMinShare{7, 8};
+
 // Clusters of `cluster` blocks of the tensor-core decode kernel that run at once on the
 // current device, asked once per (device, dim, cluster).
 int decode_cluster_capacity(int device, int dim, int cluster) {
@@ -404,17 +411,21 @@ DecodePlan decode_plan(const flash_problem& p, const DeviceInfo& device) {
              (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
   d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
   // The cluster merge (f16 / bf16, sm_90a code on compute capability 9.0: cluster_ops.cuh):
-  // a unit's splits are one cluster when their count is a power of two up to
-  // kDecodeMaxCluster (each block owns D / splits columns) and every unit's cluster runs at
-  // once (a second wave of clusters would idle most SMs).
-  const bool pow2 = (d.splits & (d.splits - 1)) == 0;
+  // a unit's splits become one cluster of the largest size up to kDecodeMaxCluster for which
+  // every unit's cluster runs at once (a second wave of clusters would idle most SMs), if
+  // that keeps at least kDecodeClusterMinShare of the blocks the plan above wants.
   bool sm90a = false;
 #ifdef FLASHATTN_CUDA_SM90A
   sm90a = device.major == 9 && device.minor == 0;
 #endif
-  if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && d.splits <= kDecodeMaxCluster && pow2 &&
-      decode_cluster_allowed() && decode_cluster_capacity(device.device, d.dim, d.splits) >= units)
-    d.cluster = d.splits;
+  if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && decode_cluster_allowed()) {
+    for (int c = std::min(d.splits, kDecodeMaxCluster); c >= 2; --c)
+      if (decode_cluster_capacity(device.device, d.dim, c) >= units) {
+        if (c * kDecodeClusterMinShare.den >= d.splits * kDecodeClusterMinShare.num)
+          d.splits = d.cluster = c;
+        break;
+      }
+  }
   return d;
 }
 

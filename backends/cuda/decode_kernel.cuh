@@ -87,14 +87,24 @@ struct DecodeParams {
 };
 
 // A block's receive area for the cluster merge (past its ring, decode_mma_kernel.cuh):
-// an mbarrier, then the partials of its column slice (D / cluster columns) from every
-// split s of the unit, floats [s][row][column], then every split's lse, floats [s][row].
+// an mbarrier, then the partials of its column slice (DecodeSlice) from every split s of
+// the unit, floats [s][row][column], then every split's lse, floats [s][row].
 template <int D, int M>
 struct DecodeRecv {
   static constexpr int kBarBytes = 16;
-  static constexpr int kLseOffset = M * D;  // floats: cluster · M · (D / cluster)
-  static constexpr int kBytes = kBarBytes + (M * D + M * kDecodeMaxCluster) * 4;
-  static_assert(D % kDecodeMaxCluster == 0, "every block of a cluster owns whole columns");
+  // cluster · M · (columns of a slice <= D / cluster + 1) floats of partials.
+  static constexpr int kLseOffset = M * (D + kDecodeMaxCluster);
+  static constexpr int kBytes = kBarBytes + (kLseOffset + M * kDecodeMaxCluster) * 4;
+};
+
+// The columns of the padded head dim D that cluster rank r owns in the cluster merge:
+// [first(r), first(r + 1)) with first(r) = ⌊r·D / cluster⌋ (any cluster size: the slices
+// differ by at most one column), and the owner of column d, the largest r with first(r) <= d.
+struct DecodeSlice {
+  int D, cluster;
+  __device__ __forceinline__ int first(int r) const { return r * D / cluster; }
+  __device__ __forceinline__ int cols(int r) const { return first(r + 1) - first(r); }
+  __device__ __forceinline__ int owner(int d) const { return ((d + 1) * cluster - 1) / D; }
 };
 
 // Where row r (0 .. seqlen_q·group − 1) of a kv head's packed rows is: query token
@@ -315,7 +325,7 @@ __device__ __forceinline__ void decode_cluster_prologue(const DecodeParams& dp, 
                                                         int rows_here) {
   if (threadIdx.x == 0) {
     const uint32_t bar = smem_addr(recv);
-    const int cols = D / dp.cluster;
+    const int cols = DecodeSlice{D, dp.cluster}.cols(blockIdx.x);  // rank = split = blockIdx.x
     mbar_init(bar, 1);
     mbar_arrive_expect_tx(bar, static_cast<uint32_t>(dp.cluster * rows_here * (cols + 1) * 4));
     mbar_init_fence();
@@ -323,8 +333,8 @@ __device__ __forceinline__ void decode_cluster_prologue(const DecodeParams& dp, 
   cluster_arrive();
 }
 
-// The split merge of a cluster launch, in the block that owns columns split·cols ..
-// (split + 1)·cols − 1 of the unit's rows (cols = D / cluster): once every split's slice
+// The split merge of a cluster launch, in the block that owns the unit's columns
+// DecodeSlice{D, cluster}.first(split) .. first(split + 1) − 1: once every split's slice
 // and lse have landed in `recv` (the barrier counts their bytes), lse = ln Σ exp(lse_s) and
 // o = Σ exp(lse_s − lse)·o_s, as decode_merge_if_last. No global round trip: the tail of a
 // decode is a store into the owners' shared memory and this wait.
@@ -335,12 +345,14 @@ __device__ __forceinline__ void decode_cluster_merge(const DecodeParams& dp, uns
                                                      int rows_here) {
   using R = DecodeRecv<D, M>;
   const FwdParams& p = dp.f;
-  const int splits = dp.cluster, cols = D / splits;
+  const int splits = dp.cluster;
+  const DecodeSlice slice{D, splits};
+  const int cols = slice.cols(split), first = slice.first(split);
   const float* part = reinterpret_cast<const float*>(recv + R::kBarBytes);
   mbar_wait(smem_addr(recv), 0);
   decode_trace(DecodeMark::counted);
   for (int idx = threadIdx.x; idx < rows_here * cols; idx += W * 32) {
-    const int m = idx / cols, c = idx % cols, d = split * cols + c;
+    const int m = idx / cols, c = idx % cols, d = first + c;
     float mx = -INFINITY;
     for (int s = 0; s < splits; ++s) mx = nan_max(mx, part[R::kLseOffset + s * M + m]);
     float sum = 0.f, o = 0.f;
@@ -374,7 +386,7 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
   const FwdParams& p = dp.f;
   const int tid = threadIdx.x, row0 = chunk * M;
   const bool in_cluster = dp.cluster > 1;
-  const int cols = D / dp.cluster;
+  const DecodeSlice slice{D, dp.cluster};
   decode_trace(DecodeMark::joined);
   // Every block of the cluster has initialised its receive barrier (and still runs: a block
   // exits only after its own slices have landed).
@@ -406,9 +418,10 @@ __device__ __forceinline__ void decode_block_epilogue(const DecodeParams& dp, fl
             from_f32<T>(out);
       if (d == 0 && p.lse) p.lse[sequence_rows(p, b, row.head).lse + row.i] = lse;
     } else if (in_cluster) {
-      // Column d to its owner (cluster rank d / cols); the row's lse to every owner.
-      const int owner = d / cols;
-      const uint32_t slot = recv_base + R::kBarBytes + 4 * ((split * M + m) * cols + d % cols);
+      // Column d to its owner; the row's lse to every owner.
+      const int owner = slice.owner(d), cols = slice.cols(owner);
+      const uint32_t slot =
+          recv_base + R::kBarBytes + 4 * ((split * M + m) * cols + d - slice.first(owner));
       st_async_f32(cluster_map(slot, owner), out, cluster_map(recv_base, owner));
       if (d == 0)
         for (int o = 0; o < dp.cluster; ++o)
