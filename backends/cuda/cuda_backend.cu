@@ -108,8 +108,13 @@ bool fwd_lpt_tail() {
 // Whether the tensor-core decode kernel may merge its splits in a thread block cluster
 // (decode_cluster_merge) where they fit: on, unless FLASH_CUDA_DECODE_CLUSTER=0 (the merge
 // through global memory, kept for A/B and for grids whose clusters do not fit).
+// FLASH_CUDA_DECODE_CLUSTER=any takes a cluster whenever one fits, however few splits
+// that leaves (A/B of kDecodeClusterMinShare).
 bool decode_cluster_allowed() {
-  return flash::detail::env_switch("FLASH_CUDA_DECODE_CLUSTER", {"0", "1"}) != "0";
+  return flash::detail::env_switch("FLASH_CUDA_DECODE_CLUSTER", {"0", "1", "any"}) != "0";
+}
+bool decode_cluster_any_share() {
+  return flash::detail::env_switch("FLASH_CUDA_DECODE_CLUSTER", {"0", "1", "any"}) == "any";
 }
 
 // Every switch environment variable checked on every call (choose() runs first in
@@ -421,7 +426,8 @@ DecodePlan decode_plan(const flash_problem& p, const DeviceInfo& device) {
   if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && decode_cluster_allowed()) {
     for (int c = std::min(d.splits, kDecodeMaxCluster); c >= 2; --c)
       if (decode_cluster_capacity(device.device, d.dim, c) >= units) {
-        if (c * kDecodeClusterMinShare.den >= d.splits * kDecodeClusterMinShare.num)
+        if (c * kDecodeClusterMinShare.den >= d.splits * kDecodeClusterMinShare.num ||
+            decode_cluster_any_share())
           d.splits = d.cluster = c;
         break;
       }

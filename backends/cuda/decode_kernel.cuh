@@ -184,7 +184,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 // The page id of key `key` of sequence b in a paged cache (a global load: callers that
 // stream tiles look it up a tile ahead, off the copy-issue path); -1 without a block
 // table or for keys at or past k_end.
-__device__ __forceinline__ int64_t key_page(const DecodeParams& dp, int64_t b, int key, int k_end) {
+__device__ __forceinline__ int key_page(const DecodeParams& dp, int64_t b, int key, int k_end) {
   if (!dp.block_table || key >= k_end) return -1;
   return dp.block_table[b * dp.pages_per_seq + key / dp.page_size];
 }
@@ -216,7 +216,8 @@ __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
 __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
                                                          const SequenceRows& seq, int64_t b,
                                                          int kv_head, int key, int k_end) {
-  return key_row_offsets(dp, seq, kv_head, key, k_end, key_page(dp, b, key, k_end));
+  return key_row_offsets(dp, seq, kv_head, key, k_end,
+                         static_cast<int64_t>(key_page(dp, b, key, k_end)));
 }
 
 // The split merge, folded into the split kernel (threadFenceReduction pattern; measured

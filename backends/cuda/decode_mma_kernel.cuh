@@ -151,8 +151,9 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const auto tile_page = [&](int n) { return key_page(dp, b, tile_key(n), k_end); };
   // Issues the copies of the warp's n-th tile, whose page ids the lanes looked up
   // beforehand (`page`), into stage n % kStages.
-  auto load_tile = [&](int n, int64_t page) {
-    const KeyRowOffsets row = key_row_offsets(dp, seq, kv_head, tile_key(n), k_end, page);
+  auto load_tile = [&](int n, int page) {
+    const KeyRowOffsets row =
+        key_row_offsets(dp, seq, kv_head, tile_key(n), k_end, static_cast<int64_t>(page));
     const bool ok = row.ok;
     const int64_t k_off = row.k, v_off = row.v;
     const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
@@ -179,14 +180,30 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     return bad;
   };
 
+  // Paged caches: the split's block-table lines go to L2 at once (after the read flush of a
+  // timed decode they would each come from DRAM, behind the K/V stream, when first used).
+  if (dp.block_table && k_begin < k_end) {
+    const int* table = dp.block_table + b * dp.pages_per_seq;
+    const uintptr_t line0 = reinterpret_cast<uintptr_t>(table + k_begin / dp.page_size) / 128;
+    const uintptr_t line1 = reinterpret_cast<uintptr_t>(table + (k_end - 1) / dp.page_size) / 128;
+    for (uintptr_t line = line0 + tid; line <= line1; line += S::kThreads)
+      prefetch_l2(reinterpret_cast<const void*>(line * 128));
+  }
+  // The first tiles' page ids are looked up together (one round trip, not one per tile),
+  // then their copies issued.
+  int first_pages[S::kStages - 1];
+#pragma unroll
+  for (int n = 0; n < S::kStages - 1; ++n) first_pages[n] = tile_page(n);
 #pragma unroll
   for (int n = 0; n < S::kStages - 1; ++n) {
-    if (n < my_tiles) load_tile(n, tile_page(n));
+    if (n < my_tiles) load_tile(n, first_pages[n]);
     cp_async_commit();
   }
-  // Page ids of the next tile to load, looked up one tile ahead: the block-table read's
-  // L2 round trip overlaps this tile's products instead of delaying the next copies.
-  int64_t next_page = tile_page(S::kStages - 1);
+  // Page ids of the next two tiles to load: each looked up two tiles before its copies are
+  // issued, so the block-table read (an L2 round trip, or DRAM) overlaps two tiles' products
+  // and waits instead of holding back the copies (one tile ahead measured 5 % below a
+  // contiguous cache at the same addresses: bench/RESULTS.md, session 15).
+  int next_page = tile_page(S::kStages - 1), after_page = tile_page(S::kStages);
   // Q (copied by the whole block, the oldest group) visible to every warp: one barrier
   // that all threads reach, whatever their tile count (a barrier inside the tile loop
   // would be reached by some warps only: synccheck's divergent barrier).
@@ -195,7 +212,8 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   for (int n = 0; n < my_tiles; ++n) {
     if (n + S::kStages - 1 < my_tiles) {
       load_tile(n + S::kStages - 1, next_page);
-      next_page = tile_page(n + S::kStages);
+      next_page = after_page;
+      after_page = tile_page(n + S::kStages + 1);
     }
     cp_async_commit();
     cp_async_wait<S::kStages - 1>();

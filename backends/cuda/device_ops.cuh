@@ -121,6 +121,11 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return w;
 }
 
+// Asks for the 128-byte line at p to be brought into L2 (no register waits on it).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // Whole-tile versions, layout-agnostic (the tile's bytes in any order): every thread of
 // the block takes 16-byte chunks tid, tid + blockDim.x, ... of [base, base + bytes).
 // Call after a barrier that made the tile visible. smem_nonfinite returns this thread's
