@@ -197,15 +197,14 @@ struct KeyRowOffsets {
   int64_t k, v;
   bool ok;
 };
-// in_page: the key's row in its page (key % page_size).
 __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
                                                          const SequenceRows& seq, int kv_head,
-                                                         int key, int k_end, int64_t page,
-                                                         int64_t in_page) {
+                                                         int key, int k_end, int64_t page) {
   const FwdParams& p = dp.f;
   KeyRowOffsets r{0, 0, key < k_end};
   if (dp.block_table) {
     r.ok = r.ok && page >= 0 && page < dp.num_pages;  // a bad page id reads nothing
+    const int64_t in_page = key % dp.page_size;
     r.k = page * p.k_stride[0] + in_page * p.k_stride[1] + kv_head * p.k_stride[2];
     r.v = page * p.v_stride[0] + in_page * p.v_stride[1] + kv_head * p.v_stride[2];
   } else {
@@ -217,38 +216,9 @@ __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
 __device__ __forceinline__ KeyRowOffsets key_row_offsets(const DecodeParams& dp,
                                                          const SequenceRows& seq, int64_t b,
                                                          int kv_head, int key, int k_end) {
-  const int64_t in_page = dp.block_table ? key % dp.page_size : 0;
   return key_row_offsets(dp, seq, kv_head, key, k_end,
-                         static_cast<int64_t>(key_page(dp, b, key, k_end)), in_page);
+                         static_cast<int64_t>(key_page(dp, b, key, k_end)));
 }
-
-// Where a lane's key lies in a paged cache over the tiles a warp streams (keys key0,
-// key0 + step, key0 + 2·step, ...): its page's index in the sequence's block table and
-// its row in that page, advanced one tile at a time without a division (two per tile
-// before: 13 % more instructions than a contiguous cache, ncu, bench/RESULTS.md).
-struct PageCursor {
-  uint32_t index, row, step_pages, step_rows, page_size;
-  __device__ __forceinline__ PageCursor(int key0, int step, int64_t page_size_in) {
-    // Keys are below 2^31, so a larger page is one page: the clamp changes no quotient.
-    page_size = static_cast<uint32_t>(page_size_in < INT_MAX ? page_size_in : INT_MAX);
-    index = static_cast<uint32_t>(key0) / page_size;
-    row = static_cast<uint32_t>(key0) % page_size;
-    step_pages = static_cast<uint32_t>(step) / page_size;
-    step_rows = static_cast<uint32_t>(step) % page_size;
-  }
-  __device__ __forceinline__ void advance() {
-    row += step_rows;  // < 2 page_size <= 2^32
-    index += step_pages;
-    if (row >= page_size) {
-      row -= page_size;
-      ++index;
-    }
-  }
-};
-// A tile's page id (-1 past k_end or without a block table) and the lane's row in it.
-struct TilePage {
-  int page, row;
-};
 
 // The split merge, folded into the split kernel (threadFenceReduction pattern; measured
 // against a second, programmatically dependent merge kernel: +2 % at B = 1, 8k keys,

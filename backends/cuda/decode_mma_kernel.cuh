@@ -146,22 +146,14 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const LdsmAddr<KC> v_addr(my_ring + S::kTileBytes, (lane & 7) + (((lane >> 3) & 1) << 3),
                             lane >> 4);
 
-  // The key this lane addresses in the warp's n-th tile, and (paged caches) its page: the
-  // warp's tiles are looked up in order, n = 0, 1, 2, ..., each call advancing the cursor.
+  // The key this lane addresses in the warp's n-th tile, and its page (paged caches).
   const auto tile_key = [&](int n) { return k_begin + (warp + W * n) * KT + lane; };
-  const int* table = dp.block_table ? dp.block_table + b * dp.pages_per_seq : nullptr;
-  PageCursor cursor(table ? tile_key(0) : 0, W * KT, table ? dp.page_size : 1);
-  const auto tile_page = [&](int n) {
-    if (!table) return TilePage{-1, 0};
-    const TilePage tp{tile_key(n) < k_end ? table[cursor.index] : -1, static_cast<int>(cursor.row)};
-    cursor.advance();
-    return tp;
-  };
+  const auto tile_page = [&](int n) { return key_page(dp, b, tile_key(n), k_end); };
   // Issues the copies of the warp's n-th tile, whose page ids the lanes looked up
-  // beforehand (`tp`), into stage n % kStages.
-  auto load_tile = [&](int n, TilePage tp) {
-    const KeyRowOffsets row = key_row_offsets(dp, seq, kv_head, tile_key(n), k_end,
-                                              static_cast<int64_t>(tp.page), tp.row);
+  // beforehand (`page`), into stage n % kStages.
+  auto load_tile = [&](int n, int page) {
+    const KeyRowOffsets row =
+        key_row_offsets(dp, seq, kv_head, tile_key(n), k_end, static_cast<int64_t>(page));
     const bool ok = row.ok;
     const int64_t k_off = row.k, v_off = row.v;
     const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
@@ -190,7 +182,8 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 
   // Paged caches: the split's block-table lines go to L2 at once (after the read flush of a
   // timed decode they would each come from DRAM, behind the K/V stream, when first used).
-  if (table && k_begin < k_end) {
+  if (dp.block_table && k_begin < k_end) {
+    const int* table = dp.block_table + b * dp.pages_per_seq;
     const uintptr_t line0 = reinterpret_cast<uintptr_t>(table + k_begin / dp.page_size) / 128;
     const uintptr_t line1 = reinterpret_cast<uintptr_t>(table + (k_end - 1) / dp.page_size) / 128;
     for (uintptr_t line = line0 + tid; line <= line1; line += S::kThreads)
@@ -198,7 +191,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   }
   // The first tiles' page ids are looked up together (one round trip, not one per tile),
   // then their copies issued.
-  TilePage first_pages[S::kStages - 1];
+  int first_pages[S::kStages - 1];
 #pragma unroll
   for (int n = 0; n < S::kStages - 1; ++n) first_pages[n] = tile_page(n);
 #pragma unroll
@@ -208,10 +201,11 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   }
   // Page ids of the next two tiles to load: each looked up two tiles before its copies are
   // issued, so the block-table read (an L2 round trip, or DRAM) overlaps two tiles' products
-  // and waits instead of holding back the copies (one tile ahead measured 5 % below a
-  // contiguous cache at the same addresses: bench/RESULTS.md, session 15).
-  TilePage next_page = tile_page(S::kStages - 1);
-  TilePage after_page = tile_page(S::kStages);
+  // and waits instead of holding back the copies (+1-2 % over one tile ahead, H100). The
+  // two divisions per tile (key / page_size, key % page_size) cost 5 % more instructions
+  // than a contiguous cache; advancing page and row without them measured equal speed, so
+  // the simpler form stays (bench/RESULTS.md, session 15).
+  int next_page = tile_page(S::kStages - 1), after_page = tile_page(S::kStages);
   // Q (copied by the whole block, the oldest group) visible to every warp: one barrier
   // that all threads reach, whatever their tile count (a barrier inside the tile loop
   // would be reached by some warps only: synccheck's divergent barrier).
