@@ -463,6 +463,10 @@ struct CudaBackend {
     const DeviceInfo d = current_device();
     detail =
         d.name + ", compute capability " + std::to_string(d.major) + "." + std::to_string(d.minor);
+#ifdef FLASHATTN_CUDA_SM90A
+    // The Hopper kernels (wgmma forward / backward, the decode cluster merge) need them.
+    if (d.major == 9 && d.minor == 0) detail += ", sm_90a kernels";
+#endif
     if (d.major < 8) {
       reason = "CUDA device " + detail +
                " is older than compute capability 8.0 (the kernels "

@@ -44,7 +44,7 @@ struct DecodeShapeInfo {
 DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows);
 // How many clusters of `cluster` blocks of the tensor-core decode kernel (f16 / bf16, head
 // dim `dim`, with the cluster merge's receive area) the current device runs at once; 0 where
-// it runs none (cudaOccupancyMaxActiveClusters, asked once per device, dim and size).
+// it runs none (cudaOccupancyMaxActiveClusters; the plan caches it per device, dim and size).
 int decode_max_active_clusters(int dim, int cluster);
 
 template <Dtype kDtype>

@@ -78,9 +78,9 @@ struct DecodeParams {
   int heads_kv;
   int splits;       // key splits per (sequence, kv head, row chunk)
   int row_chunks;   // ceil(seqlen_q * group / kM)
-  float* part_o;    // splits > 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
+  float* part_o;    // splits > 1, cluster 1: [batch, heads_kv, row_chunks, splits, kM, kDim]
   float* part_lse;  // [batch, heads_kv, row_chunks, splits, kM], natural log
-  int* split_done;  // splits > 1: splits finished per (sequence, kv head, row chunk);
+  int* split_done;  // splits > 1, cluster 1: splits finished per (sequence, kv head, row chunk);
                     // zero between calls (the last block resets its counter)
   int cluster;      // > 1: the splits (= cluster) of a unit are one cluster and merge in
                     // distributed shared memory (no part_o / split_done); else 1
@@ -182,7 +182,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // The page id of key `key` of sequence b in a paged cache (a global load: callers that
-// stream tiles look it up a tile ahead, off the copy-issue path); -1 without a block
+// stream tiles look it up tiles ahead, off the copy-issue path); -1 without a block
 // table or for keys at or past k_end.
 __device__ __forceinline__ int key_page(const DecodeParams& dp, int64_t b, int key, int k_end) {
   if (!dp.block_table || key >= k_end) return -1;

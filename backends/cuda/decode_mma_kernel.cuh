@@ -7,7 +7,7 @@
 // its own 32-key K and V tiles through a cp.async ring of kStages stages (swizzled
 // tiles, ldmatrix reads), computes S = Q·Kᵀ (16 x kKeys), the online softmax on the
 // accumulators (exact exponent form), and O += P·V with P in registers. Paged rows are
-// addressed per key (the lane of a key looks up its page one tile ahead of the tile's
+// addressed per key (the lane of a key looks up its page two tiles ahead of the tile's
 // copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
 // masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
 // reaches a row. Warps are combined in shared memory; one split writes o/lse, more write f32
@@ -17,6 +17,9 @@
 // and inputs into f32 accumulators (as the forward kernels). Speed: bench/RESULTS.md ("decode").
 // Run: FLASH_LOG=1 names decode_mma_* kernels.
 #pragma once
+
+#include <mutex>
+#include <set>
 
 #include "decode_kernel.cuh"
 #include "fwd_tile_ops.cuh"
@@ -358,14 +361,28 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   decode_trace(DecodeMark::end);
 }
 
-// Raises a kernel's dynamic shared-memory limit once (a driver call per launch would
-// show at decode sizes, where a call takes tens of microseconds).
+// Whether kernel kKernel is launched on the current device for the first time: kernel
+// attributes belong to a device's context, so each device gets its cudaFuncSetAttribute
+// calls once (a driver call per launch would show at decode sizes, where a call takes tens
+// of microseconds).
 template <auto kKernel>
-void allow_dynamic_smem_once(int bytes) {
-  static const bool done =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
-      cudaSuccess;
-  (void)done;
+bool first_use_on_this_device() {
+  static std::mutex mutex;
+  static std::set<int> devices;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // the launch reports a device without a context itself
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  return devices.insert(device).second;
+}
+
+// Raises a kernel's dynamic shared-memory limit (once per device).
+template <auto kKernel>
+void allow_dynamic_smem(int bytes) {
+  if (first_use_on_this_device<kKernel>())
+    (void)cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 // The launch configuration of a decode grid: splits x (kv heads · row chunks) x sequences,
@@ -389,33 +406,29 @@ struct DecodeLaunch {
   }
 };
 
-// The tensor-core decode kernel's attributes, set once: its dynamic shared-memory limit (the
-// cluster launch's, where the device has that much) and cluster sizes up to
+// The tensor-core decode kernel's attributes, once per device: its dynamic shared-memory
+// limit (the cluster launch's, where the device has that much) and cluster sizes up to
 // kDecodeMaxCluster (above 8 is non-portable). A refused setting is cleared from the
 // runtime's last error (the launch check reads it), and the plan never asks for it.
 template <class T, class S>
-void allow_decode_clusters_once() {
-  static const bool done = [] {
-    const auto kernel = decode_mma_kernel<T, S>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             S::kClusterSmemBytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 S::kSmemBytes);
-    }
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-        cudaSuccess)
-      (void)cudaGetLastError();
-    return true;
-  }();
-  (void)done;
+void allow_decode_clusters() {
+  constexpr auto kernel = decode_mma_kernel<T, S>;
+  if (!first_use_on_this_device<kernel>()) return;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           S::kClusterSmemBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+      cudaSuccess)
+    (void)cudaGetLastError();
 }
 
 // cudaOccupancyMaxActiveClusters for the tensor-core kernel of head dim kD (0 on error).
 template <class T, int kD>
 int decode_max_active_clusters_for(int cluster) {
   using S = DecodeMmaShape<T, kD>;
-  allow_decode_clusters_once<T, S>();
+  allow_decode_clusters<T, S>();
   DecodeParams dp{};
   dp.splits = dp.cluster = cluster;
   dp.heads_kv = dp.row_chunks = 1;
@@ -449,11 +462,11 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
     if constexpr (std::is_same_v<T, float>) {
       constexpr int kM = decltype(rows_tag)::value;
       using S = DecodeShape<T, kD, kM>;
-      allow_dynamic_smem_once<decode_split_kernel<T, S>>(S::kSmemBytes);
+      allow_dynamic_smem<decode_split_kernel<T, S>>(S::kSmemBytes);
       run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes);
     } else {
       using S = DecodeMmaShape<T, kD>;
-      allow_decode_clusters_once<T, S>();  // the larger limit serves both launches
+      allow_decode_clusters<T, S>();  // the larger limit serves both launches
       run(decode_mma_kernel<T, S>, S::kThreads,
           dp.cluster > 1 ? S::kClusterSmemBytes : S::kSmemBytes);
     }

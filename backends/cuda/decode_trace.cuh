@@ -2,8 +2,9 @@
 // (-DFLASH_DECODE_TRACE, e.g. VARIANT_FLAGS in tests/cuda/device_hopper.sh, step
 // decodetrace). Each block's thread 0 records when it started, when its own warp's keys
 // were streamed, when every warp had joined (the warps combined in shared memory), when
-// the block had published its partial and counted itself done, and when it finished
-// (after the split merge, for the unit's last block), and its SM; after each launch
+// the block had published its partial and counted itself done (a cluster launch: when its
+// slices had landed), and when it finished (after the split merge, for the unit's last
+// block; in a cluster launch every block merges its slice), and its SM; after each launch
 // (synchronising) the records are summarised on stderr: how the kernel's time splits
 // into start skew, streaming and tail. Without the macro every
 // hook is empty and nothing here is compiled into the module.
@@ -84,8 +85,8 @@ static void decode_trace_summary() {
     streamed.push_back(static_cast<double>(r.t[1] - t0));
     join.push_back(static_cast<double>(r.t[2] - r.t[1]));
     count.push_back(static_cast<double>(r.t[3] - r.t[2]));
-    // Only the unit's last block merges (the others end right after counting); a single
-    // split has no merge and no count.
+    // Only the unit's last block merges (the others end right after counting; in a cluster
+    // launch every block merges a slice); a single split has no merge and no count.
     if (r.t[4] - r.t[3] > 100) merge.push_back(static_cast<double>(r.t[4] - r.t[3]));
     end.push_back(static_cast<double>(r.t[4] - t0));
     ++per_sm[std::min(r.sm, 1023u)];
