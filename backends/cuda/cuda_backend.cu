@@ -404,6 +404,14 @@ DecodePlan decode_plan(const flash_problem& p, const DeviceInfo& device) {
   d.rows = decode_rows(static_cast<Dtype>(p.dtype), static_cast<int>(rows));
   d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
   d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
+  // A contiguous cache whose decode shape does not fit the device's shared memory (the
+  // 192 KB ring at head dims 128 / 256 on an sm_80 GPU, which allows 163 KB) runs on the
+  // prefill kernels instead; a paged cache has no other kernel, and choose() declines it
+  // naming the bytes.
+  if (p.block_table == nullptr && d.shape.smem_bytes > smem_optin) {
+    d.use = false;
+    return d;
+  }
   // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
   // wave would leave most SMs idle at its end), each split at least
   // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
