@@ -221,6 +221,18 @@ AttentionDesc base(DType dtype, int64_t hq, int64_t hkv, int64_t dim) {
   return d;
 }
 
+// The paged-cache fields of d for one sequence of `keys` keys in pages of `page` rows, and
+// its block table: every page in use, in an order shuffled by rng (set d.block_table to it).
+std::vector<int32_t> one_sequence_pages(AttentionDesc& d, int64_t keys, int64_t page,
+                                        std::mt19937_64& rng) {
+  d.page_size = page;
+  d.pages_per_seq = d.num_pages = keys / page;
+  std::vector<int32_t> table(static_cast<size_t>(d.num_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  return table;
+}
+
 std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
   std::vector<int32_t> cu(lengths.size() + 1, 0);
   std::partial_sum(lengths.begin(), lengths.end(), cu.begin() + 1);
@@ -410,11 +422,7 @@ TEST_P(Inference, DecodeLongCache) {
     std::mt19937_64 rng(4);
     std::vector<int32_t> table;
     if (c.page > 0) {
-      d.page_size = c.page;
-      d.pages_per_seq = d.num_pages = c.keys / c.page;
-      table.resize(static_cast<size_t>(d.num_pages));
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), rng);
+      table = one_sequence_pages(d, c.keys, c.page, rng);
       d.block_table = table.data();
     }
     Buffer q(DType::bf16, 8 * 64), k(DType::bf16, c.keys * 2 * 64), v = k;
@@ -471,11 +479,7 @@ TEST_P(Inference, DecodeSplitsInOneCluster) {
     std::mt19937_64 rng(5);
     std::vector<int32_t> table;
     if (c.page > 0) {
-      d.page_size = c.page;
-      d.pages_per_seq = d.num_pages = c.keys / c.page;
-      table.resize(static_cast<size_t>(d.num_pages));
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), rng);
+      table = one_sequence_pages(d, c.keys, c.page, rng);
       d.block_table = table.data();
     }
     const std::string what = "keys=" + std::to_string(c.keys) + " hkv=" + std::to_string(c.hkv) +

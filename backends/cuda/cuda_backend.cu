@@ -11,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "cuda_check.hpp"
 #include "decode.hpp"
 #include "decode_mma_kernel.cuh"
+#include "decode_plan.hpp"
 #include "device_buffers.hpp"
 #include "dispatch/backend_adapter.hpp"
 #include "dispatch/env_switch.hpp"
@@ -105,18 +105,6 @@ bool fwd_lpt_tail() {
   return flash::detail::env_switch("FLASH_CUDA_FWD_LPT_TAIL", {"0", "1"}) != "0";
 }
 
-// Whether the tensor-core decode kernel may merge its splits in a thread block cluster
-// (decode_cluster_merge) where they fit: on, unless FLASH_CUDA_DECODE_CLUSTER=0 (the merge
-// through global memory, kept for A/B and for grids whose clusters do not fit).
-// FLASH_CUDA_DECODE_CLUSTER=any takes a cluster whenever one fits, however few splits
-// that leaves (A/B of kDecodeClusterMinShare).
-bool decode_cluster_allowed() {
-  return flash::detail::env_switch("FLASH_CUDA_DECODE_CLUSTER", {"0", "1", "any"}) != "0";
-}
-bool decode_cluster_any_share() {
-  return flash::detail::env_switch("FLASH_CUDA_DECODE_CLUSTER", {"0", "1", "any"}) == "any";
-}
-
 // Every switch environment variable checked on every call (choose() runs first in
 // forward / backward / merge), whichever kernel the call takes: a bad value fails even
 // where its knob does not apply, and before any work is queued.
@@ -126,7 +114,7 @@ void validate_switches() {
   (void)fwd_wgmma_persistent();
   (void)fwd_l2_section_bytes(0);
   (void)fwd_lpt_tail();
-  (void)decode_cluster_allowed();
+  (void)decode_cluster_mode();
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -368,79 +356,8 @@ void stage_sequence_arrays(HostStaging& staging, FwdParams& f, const flash_probl
   flash::detail::check_sequence_arrays(p, a);
 }
 
-// The split-KV decode kernel's plan for a problem (decode_kernel.cuh): chosen for every
-// paged cache and whenever seqlen_q · group <= kDecodeMaxRows.
-struct DecodePlan {
-  bool use = false;
-  int dim = 0, rows = 0, row_chunks = 0, splits = 1;
-  int cluster = 1;  // > 1: the splits of a unit run as one cluster (DecodeParams::cluster)
-  DecodeShapeInfo shape{};
-};
-// The least share of its planned splits that a decode keeps when they become one cluster
-// per unit (B 1, 8 kv heads on an H100: 16 splits do not fit as 8 clusters at once, 14 do).
-struct DecodeShare {
-  int num, den;
-};
-constexpr DecodeShare kDecodeClusterMinShare{7, 8};
-
-// Clusters of `cluster` blocks of the tensor-core decode kernel that run at once on the
-// current device, asked once per (device, dim, cluster).
-int decode_cluster_capacity(int device, int dim, int cluster) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int, int>, int> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(device, dim, cluster);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, decode_max_active_clusters(dim, cluster)).first;
-  return it->second;
-}
-DecodePlan decode_plan(const flash_problem& p, const DeviceInfo& device) {
-  const int sms = device.sms, smem_optin = device.smem_optin;
-  DecodePlan d;
-  const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q * group;
-  d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
-  if (!d.use) return d;
-  d.dim = decode_dim(static_cast<int>(std::max(p.head_dim, p.head_dim_v)));
-  d.rows = decode_rows(static_cast<Dtype>(p.dtype), static_cast<int>(rows));
-  d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
-  d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
-  // A contiguous cache whose decode shape does not fit the device's shared memory (the
-  // 192 KB ring at head dims 128 / 256 on an sm_80 GPU, which allows 163 KB) runs on the
-  // prefill kernels instead; a paged cache has no other kernel, and choose() declines it
-  // naming the bytes.
-  if (p.block_table == nullptr && d.shape.smem_bytes > smem_optin) {
-    d.use = false;
-    return d;
-  }
-  // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
-  // wave would leave most SMs idle at its end), each split at least
-  // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
-  const int64_t units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
-  const int64_t per_sm = std::max(1, smem_optin / std::max(1, d.shape.smem_bytes));
-  const int64_t wave = static_cast<int64_t>(sms) * per_sm * kDecodeWaves;
-  const int64_t want = std::max<int64_t>(1, wave / units);
-  const int64_t by_keys = std::max<int64_t>(
-      1, p.seqlen_kv /
-             (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
-  d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
-  // The cluster merge (f16 / bf16, sm_90a code on compute capability 9.0: cluster_ops.cuh):
-  // a unit's splits become one cluster of the largest size up to kDecodeMaxCluster for which
-  // every unit's cluster runs at once (a second wave of clusters would idle most SMs), if
-  // that keeps at least kDecodeClusterMinShare of the blocks the plan above wants.
-  bool sm90a = false;
-#ifdef FLASHATTN_CUDA_SM90A
-  sm90a = device.major == 9 && device.minor == 0;
-#endif
-  if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && decode_cluster_allowed()) {
-    for (int c = std::min(d.splits, kDecodeMaxCluster); c >= 2; --c)
-      if (decode_cluster_capacity(device.device, d.dim, c) >= units) {
-        if (c * kDecodeClusterMinShare.den >= d.splits * kDecodeClusterMinShare.num ||
-            decode_cluster_any_share())
-          d.splits = d.cluster = c;
-        break;
-      }
-  }
-  return d;
+DecodeDevice decode_device(const DeviceInfo& d) {
+  return DecodeDevice{d.device, d.major, d.minor, d.sms, d.smem_optin};
 }
 
 std::string decode_name(const flash_problem& p, const DecodePlan& d) {
@@ -527,7 +444,7 @@ struct CudaBackend {
       return Choice::run(name);
     }
     const DeviceInfo d = current_device();
-    if (const DecodePlan dec = decode_plan(p, d); dec.use) {
+    if (const DecodePlan dec = decode_plan(p, decode_device(d)); dec.use) {
       if (static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
         return Choice::decline("cuda backend: decode grid too large: heads_kv = " +
                                std::to_string(p.heads_kv) + " x " + std::to_string(dec.row_chunks) +
@@ -587,7 +504,7 @@ struct CudaBackend {
     staging.commit();
     const int batch = static_cast<int>(p.batch);
     const DeviceInfo device = current_device();
-    if (const DecodePlan dec = decode_plan(p, device); dec.use) {
+    if (const DecodePlan dec = decode_plan(p, decode_device(device)); dec.use) {
       DecodeParams dp{};
       dp.f = f;
       dp.block_table = block_table;

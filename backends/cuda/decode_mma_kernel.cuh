@@ -18,8 +18,8 @@
 // Run: FLASH_LOG=1 names decode_mma_* kernels.
 #pragma once
 
-#include <mutex>
-#include <set>
+#include <atomic>
+#include <cstdint>
 
 #include "decode_kernel.cuh"
 #include "fwd_tile_ops.cuh"
@@ -367,15 +367,15 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 // of microseconds).
 template <auto kKernel>
 bool first_use_on_this_device() {
-  static std::mutex mutex;
-  static std::set<int> devices;
+  static std::atomic<uint64_t> seen{0};  // bit d: device d done (devices 64 and up: every call)
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();  // the launch reports a device without a context itself
     return false;
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  return devices.insert(device).second;
+  if (device >= 64) return true;
+  const uint64_t bit = uint64_t{1} << device;
+  return (seen.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
 }
 
 // Raises a kernel's dynamic shared-memory limit (once per device).

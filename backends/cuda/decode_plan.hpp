@@ -1,0 +1,33 @@
+// Host plan of the split-KV decode (decode_kernel.cuh): whether a forward takes it, its
+// shape, its key splits and whether they merge inside a thread block cluster; the
+// FLASH_CUDA_DECODE_CLUSTER switch.
+#pragma once
+
+#include "decode.hpp"
+#include "dispatch/module_abi.h"
+#include "kernel_params.hpp"
+
+namespace flash::cuda {
+
+// What the plan needs of the current device.
+struct DecodeDevice {
+  int device, cc_major, cc_minor, sms, smem_optin;
+};
+
+// The split-KV decode kernel's plan for a problem: chosen for every paged cache and
+// whenever seqlen_q · group <= kDecodeMaxRows (if its shared memory fits).
+struct DecodePlan {
+  bool use = false;
+  int dim = 0, rows = 0, row_chunks = 0, splits = 1;
+  int cluster = 1;  // > 1: the splits of a unit run as one cluster (DecodeParams::cluster)
+  DecodeShapeInfo shape{};
+};
+DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device);
+
+// FLASH_CUDA_DECODE_CLUSTER: 1 (default) the cluster merge where it fits, 0 the merge
+// through global memory (A/B), any a cluster whenever one fits, however few splits that
+// leaves (A/B of the plan's least share). Other values raise flash::Error.
+enum class DecodeClusterMode { off, on, any };
+DecodeClusterMode decode_cluster_mode();
+
+}  // namespace flash::cuda
