@@ -6,7 +6,8 @@
 // FLOPs: 2.5 x forward (4·B·H·S²·D, half for causal). Run torch_sdpa.py --backward in
 // the same device call and compare ratios (tests/cuda/device_bwd.sh does both).
 //   cuda_backward_bench <libflashattn_cuda.so> [--dims 64 128] [--seqlens 1024 ...]
-//                       [--dtype bf16|f16|f32] [--iters N] [--atomic]
+//                       [--dtype bf16|f16|f32] [--iters N] [--atomic] [--uniform]
+// Inputs: standard normal (torch.randn's, as torch_sdpa.py), --uniform: [-1, 1).
 // --atomic also times nondeterministic = 1 (unordered atomic dQ), as row "ours-atomic".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   }
   int dtype = FLASH_BF16, iters = 20;
   bool atomic = false;
+  InputDist dist = InputDist::kNormal;
   std::vector<int> dims = {64, 128}, seqlens = {1024, 2048, 4096, 8192, 16384};
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -46,6 +48,8 @@ int main(int argc, char** argv) {
       list(seqlens);
     else if (a == "--atomic")
       atomic = true;
+    else if (a == "--uniform")
+      dist = InputDist::kUniform;
     else if (a == "--iters")
       iters = std::atoi(argv[++i]);
     else if (a == "--dtype") {
@@ -55,7 +59,8 @@ int main(int argc, char** argv) {
   }
   const char* dname = dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
   const size_t eb = dtype == FLASH_F32 ? 4 : 2;
-  std::printf("libflashattn cuda backward on %s\n", detail.text);
+  std::printf("libflashattn cuda backward on %s, %s inputs\n", detail.text,
+              dist == InputDist::kNormal ? "normal" : "uniform");
   std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %s\n", "backend", "dtype", "B", "H", "S", "D",
               "causal", "bwd ms", "bwd TF/s", "kernels");
   for (int D : dims)
@@ -67,7 +72,7 @@ int main(int argc, char** argv) {
       for (void** ptr : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) cudaMalloc(ptr, n * eb);
       cudaMalloc(&lse, sizeof(float) * B * H * S);
       unsigned seed = 1;
-      for (void* ptr : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(ptr, n, seed++, dtype);
+      for (void* ptr : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(ptr, n, seed++, dtype, dist);
       for (int causal = 0; causal < 2; ++causal)
         for (int mode = 0; mode < (atomic ? 2 : 1); ++mode) {
           flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);

@@ -4,7 +4,8 @@
 // Run torch_sdpa.py in the same device call and compare ratios.
 //   cuda_module_bench <libflashattn_cuda.so> [--dtype bf16|f16|f32] [--dims 64 128 256]
 //   [--dim-v DV] (V / O head dim for every D, e.g. DeepSeek's --dims 192 --dim-v 128)
-//                     [--seqlens 512 ... 16384] [--backward] [--iters N]
+//                     [--seqlens 512 ... 16384] [--backward] [--iters N] [--uniform]
+// Inputs: standard normal (torch.randn's, as torch_sdpa.py), --uniform: [-1, 1).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   if (!m) return 1;
   int dtype = FLASH_BF16, iters = 20, dim_v = 0;
   bool backward = false;
+  InputDist dist = InputDist::kNormal;
   std::vector<int> dims = {64, 128, 256}, seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
       dim_v = std::atoi(argv[++i]);
     else if (a == "--iters")
       iters = std::atoi(argv[++i]);
+    else if (a == "--uniform")
+      dist = InputDist::kUniform;
   }
   flash_message reason{}, detail{};
   if (!m->probe(&reason, &detail)) {
@@ -62,7 +66,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   const char* dname = dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
-  std::printf("libflashattn cuda on %s\n", detail.text);
+  std::printf("libflashattn cuda on %s, %s inputs\n", detail.text,
+              dist == InputDist::kNormal ? "normal" : "uniform");
   std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %9s %9s\n", "backend", "dtype", "B", "H", "S",
               "D", "causal", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   const size_t eb = dtype == FLASH_F32 ? 4 : 2;
@@ -81,10 +86,10 @@ int main(int argc, char** argv) {
       CHECK(cudaMalloc(&dk, n * eb));
       CHECK(cudaMalloc(&dv, n * eb));
       CHECK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-      fill_random<<<1024, 256>>>(q, n, 1, dtype);
-      fill_random<<<1024, 256>>>(k, n, 2, dtype);
-      fill_random<<<1024, 256>>>(v, n, 3, dtype);
-      fill_random<<<1024, 256>>>(dout, n, 4, dtype);
+      fill_random<<<1024, 256>>>(q, n, 1, dtype, dist);
+      fill_random<<<1024, 256>>>(k, n, 2, dtype, dist);
+      fill_random<<<1024, 256>>>(v, n, 3, dtype, dist);
+      fill_random<<<1024, 256>>>(dout, n, 4, dtype, dist);
       CHECK(cudaDeviceSynchronize());
       for (int causal = 0; causal < 2; ++causal) {
         flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);

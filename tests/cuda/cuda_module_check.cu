@@ -230,7 +230,7 @@ bool per_thread_streams(const flash_backend_module* m) {
   const size_t elems = (size_t)B * S * H * D, bytes = elems * 2;
   void* in = nullptr;  // q, k, v
   cudaMalloc(&in, 3 * bytes);
-  fill_random<<<1024, 256>>>(in, 3 * elems, 7, FLASH_BF16);
+  fill_random<<<1024, 256>>>(in, 3 * elems, 7, FLASH_BF16, InputDist::kUniform);
   cudaDeviceSynchronize();
   const char* q = static_cast<const char*>(in);
   const auto forward = [&](void* out, std::vector<unsigned char>& result) {
