@@ -212,10 +212,12 @@ struct BwdWgmmaLayout {
   static constexpr int kDqTileBytes = BQ * kDqRowFloats * 4;
   static_assert(!kDqInStage || (kDqStages == kStages && kDqTileBytes <= kStageBytes),
                 "a stage holds its step's dQ staging tile");
-  // The dQ warpgroup's mbarriers: per staging tile "full" (every MMA warp wrote its part)
-  // and "empty" (the copy engine read it).
+  // mbarriers: per dQ staging tile "full" (every MMA warp wrote its part) and "empty" (the
+  // copy engine read it), then per Q / dO stage "full" (the loader warps' copies landed)
+  // and "empty" (every MMA thread is done reading it).
   static constexpr int kBars = kDq + (kDqInStage ? 0 : kDqStages * kDqTileBytes);
-  static constexpr int kSmemBytes = kBars + 2 * kDqStages * 8 + 1024;
+  static constexpr int kBarCount = 2 * kDqStages + 2 * kStages;
+  static constexpr int kSmemBytes = kBars + kBarCount * 8 + 1024;
   static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
   static_assert(

@@ -157,9 +157,11 @@ struct BwdBlock {
 // heads) one-dimensional blocks, in launches of < 2^31 blocks (batch_offset set per
 // launch). Softcap is a template parameter of these kernels (its tanh code stays out of
 // the common path): kPlain or kSoftcap runs as params.f.softcap says.
-template <auto kPlain, auto kSoftcap>
+// `extra`: arguments after rows_pad that a kernel takes (the wgmma kernel's tensor maps).
+template <auto kPlain, auto kSoftcap, class... Extra>
 void launch_bwd_blocks(const BwdParams& params, int batch, int threads, int smem_bytes,
-                       const float* lse2, const float* delta, int rows_pad, cudaStream_t stream) {
+                       const float* lse2, const float* delta, int rows_pad, cudaStream_t stream,
+                       const Extra&... extra) {
   set_max_dynamic_smem_once<kPlain>(smem_bytes);
   set_max_dynamic_smem_once<kSoftcap>(smem_bytes);
   const auto kernel = params.f.softcap > 0.f ? kSoftcap : kPlain;
@@ -169,7 +171,7 @@ void launch_bwd_blocks(const BwdParams& params, int batch, int threads, int smem
   for (int b0 = 0; b0 < batch; b0 += chunk) {
     p.f.batch_offset = b0;
     const int64_t blocks = per_batch * std::min(batch - b0, chunk);
-    kernel<<<(unsigned)blocks, threads, smem_bytes, stream>>>(p, lse2, delta, rows_pad);
+    kernel<<<(unsigned)blocks, threads, smem_bytes, stream>>>(p, lse2, delta, rows_pad, extra...);
   }
 }
 

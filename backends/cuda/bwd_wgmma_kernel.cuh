@@ -6,7 +6,7 @@
 // its warp w keys 16w..16w+15 of every 64-row accumulator. The warpgroups share the Q / dO stages,
 // and split dQᵀ (by rows of D, or by query columns at D = 64). K and V stay in shared memory
 // (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the block walks the
-// query tiles (kBlockQ rows; Q, dO, lse, Δ by cp.async one stage ahead):
+// query tiles (kBlockQ rows; Q, dO, lse, Δ by two loader warps, below, into a ring of stages):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, B MN-major; A = Pᵀ / dSᵀ from registers
@@ -32,7 +32,14 @@
 // it waits for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile
 // ("empty") once read and releases the counter once the add completed; the MMA warps sync among
 // themselves on a named barrier (measured +4-16 % at D = 64, +0-5 % at D = 128 over thread 0 of
-// the MMA warps doing it, bench/RESULTS.md, session 12). They wait for another block only
+// the MMA warps doing it, bench/RESULTS.md, session 12). Warps 2-3 of that warpgroup are the
+// loader: one thread issues each step's Q / dO boxes (TMA, tensor maps built on the host) and
+// lse / Δ (bulk copies) into a ring of stages with full / empty mbarriers, as far ahead as the
+// ring allows (thread 0 issues the first stages with K and V; at D = 64 it issues them all, one
+// step ahead); packed batches copy with cp.async from all 64 loader threads (a box would bring
+// the next sequence's rows). Measured over the MMA warps' own cp.async one stage ahead: D = 64
+// +0-3 %, D = 128 +2-9 %, D = 256 +10-18 % (bench/RESULTS.md, sessions 16-17). The MMA warps
+// wait for another block only
 // through "empty": at D = 64 / 128 for a staging tile two steps back; at D = 256 (kDqInStage)
 // mid-step, for the read of the previous step's tile before its stage loads again, so in the
 // ordered mode a late block earlier in a tile's order can stall them by about half a step.
@@ -57,12 +64,13 @@
 #include <type_traits>
 
 #include "bwd_kv_kernel.cuh"
+#include "tma_map.hpp"
 #include "tma_ops.cuh"
 #include "wgmma_ops.cuh"
 
 namespace flash::cuda {
 
-// Named barrier of the MMA warps when the dQ warp runs apart (0 is __syncthreads').
+// Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
 constexpr int kBwdMmaBarrier = 1;
 
 // ---- ordered dQ accumulation (deterministic mode) ---------------------------------------
@@ -112,10 +120,20 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Tensor maps of Q and dO (tma_map.hpp; a box is kBlockQ rows x 64 columns) for the loader's
+// TMA copies. use = false (packed batches): the loader's threads copy with cp.async instead,
+// which zero-fills a tile's rows past its sequence (a TMA box would bring the next
+// sequence's rows there).
+struct BwdLoadMaps {
+  CUtensorMap q, dout;
+  bool use;
+};
+
 template <class T, class C, bool kSoftcap>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     bwd_wgmma_kernel(const BwdParams p, const float* __restrict__ lse2,
-                     const float* __restrict__ delta, int rows_pad) {
+                     const float* __restrict__ delta, int rows_pad,
+                     const __grid_constant__ BwdLoadMaps maps) {
 #if FLASH_WGMMA_AVAILABLE
   using L = BwdWgmmaLayout<C>;
   constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
@@ -158,10 +176,29 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // empty (the dQ thread's arrival: the copy engine has read it).
   auto dq_full = [&](int st) { return base + L::kBars + 8 * st; };
   auto dq_empty = [&](int st) { return base + L::kBars + 8 * (L::kDqStages + st); };
+  // The loader: warps 2 and 3 of the dQ warpgroup fill the stage ring with each step's Q / dO
+  // / lse / Δ, ahead of the MMA warps by as many stages as the ring has: one thread with TMA
+  // (maps.use), else all 64 with cp.async. Per stage: full (the TMA thread's arrival and its
+  // bytes, or one arrival per cp.async thread once its copies landed), empty (every MMA
+  // thread is done reading it; kDqInStage: the copy engine has read the dQ tile staged
+  // there, dq_empty).
+  constexpr int kLoaderFirst = kThreads + 64, kLoaderThreads = 64;
+  static_assert(kLoaderThreads % kChunks == 0 && (BQ * kChunks) % kLoaderThreads == 0 &&
+                    2 * (BQ / 4) <= kLoaderThreads,
+                "the loader threads split a stage's copies evenly");
+  auto stage_full = [&](int st) { return base + L::kBars + 8 * (2 * L::kDqStages + st); };
+  auto stage_empty = [&](int st) {
+    return base + L::kBars + 8 * (2 * L::kDqStages + L::kStages + st);
+  };
+  static_assert(2 * L::kDqStages + 2 * L::kStages == L::kBarCount, "the layout's barriers");
   if (threadIdx.x == 0) {
     for (int st = 0; st < L::kDqStages; ++st) {
       mbar_init(dq_full(st), kThreads);
       mbar_init(dq_empty(st), 1);
+    }
+    for (int st = 0; st < L::kStages; ++st) {
+      mbar_init(stage_full(st), maps.use ? 1 : kLoaderThreads);
+      mbar_init(stage_empty(st), kThreads);
     }
     mbar_init_fence();  // before the first __syncthreads below
   }
@@ -256,17 +293,43 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   };
   auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
 
-  auto load_step = [&](Tile t) {
+  // A step's stage by TMA (one thread): D / 64 boxes each of Q and dO, lse and Δ.
+  auto load_step_tma = [&](Tile t) {
+    const uint32_t st = stage_q(t.step), full = stage_full(t.step % L::kStages);
+    mbar_arrive_expect_tx(full, 2 * L::kTileQ + 2 * BQ * 4);
+#pragma unroll
+    for (int a = 0; a < D / 64; ++a) {
+      tma_load_4d(st + a * BQ * 128, &maps.q, full, a * 64, t.q0, t.head, (int)batch);
+      tma_load_4d(st + L::kTileQ + a * BQ * 128, &maps.dout, full, a * 64, t.q0, t.head,
+                  (int)batch);
+    }
+    const int64_t row_off = (batch * f.heads_q + t.head) * rows_pad + t.q0;
+    const uint32_t fl = smem_addr(stage_floats(t.step));
+    bulk_load(fl, lse2 + row_off, BQ * 4, full);
+    bulk_load(fl + BQ * 4, delta + row_off, BQ * 4, full);
+  };
+  // A step's stage by cp.async, loader thread lt (of kLoaderThreads): its 16-byte chunk column of
+  // every kLoaderThreads / kChunks-th row, in a loop kept rolled (the loader runs on
+  // kBwdDqWarpRegs registers).
+  auto load_step = [&](Tile t, int lt) {
     const int head = t.head, q0 = t.q0;
     const uint32_t st = stage_q(t.step);
-    load_sw128_async<BQ, kChunks, kThreads>(st, q_batch + head * f.q_stride[2], f.q_stride[1], q0,
-                                            sq, f.head_dim);
-    load_sw128_async<BQ, kChunks, kThreads>(st + L::kTileQ, do_batch + head * f.o_stride[2],
-                                            f.o_stride[1], q0, sq, f.head_dim_v);
+    auto load_rows = [&](uint32_t tile, const T* g, int64_t stride, int ncols) {
+      const int c = lt % kChunks;
+      const bool col_ok = c * 8 < ncols;
+#pragma unroll 1
+      for (int row = lt / kChunks; row < BQ; row += kLoaderThreads / kChunks) {
+        const bool valid = col_ok && q0 + row < sq;
+        cp_async_16(sw128_addr<BQ>(tile, row, c), valid ? g + (q0 + row) * stride + c * 8 : g,
+                    valid);
+      }
+    };
+    load_rows(st, q_batch + head * f.q_stride[2], f.q_stride[1], f.head_dim);
+    load_rows(st + L::kTileQ, do_batch + head * f.o_stride[2], f.o_stride[1], f.head_dim_v);
     const int64_t row_off = (batch * f.heads_q + head) * rows_pad + q0;
     float* fl = stage_floats(t.step);
-    load_floats_async(fl, lse2 + row_off, BQ, 0);
-    load_floats_async(fl + BQ, delta + row_off, BQ, BQ / 4);
+    load_floats_async(fl, lse2 + row_off, BQ, kLoaderFirst);
+    load_floats_async(fl + BQ, delta + row_off, BQ, kLoaderFirst + BQ / 4);
   };
 
   // ---- the products of a step -------------------------------------------------------------
@@ -461,10 +524,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       0, kv_head * group + first_pos / tiles_per_head,
       walk_up ? qt_begin * BQ : (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ,
       first_pos};
-  if (tid < kThreads) {  // the MMA warps load (the dQ warpgroup's threads lie past the tiles)
+  // Who issues the TMA copies: at D = 64 (C::kOverlap) thread 0, one step ahead, right after
+  // the step's barrier has freed the stage (its steps are the shortest: the loader's polling
+  // measured 3-5 % slower there, bench/RESULTS.md, session 17); otherwise the loader warps.
+  // The first stages go out with K and V, from thread 0 (which initialised their barriers):
+  // the loader warps start only after the block's first barrier below (+0-3 % at D = 128).
+  const bool inline_loads = C::kOverlap && maps.use;
+  const int early_steps = maps.use ? min(steps, inline_loads ? 2 : L::kStages) : 0;
+  if (tid == 0) {
+    Tile t = first;
+    for (int step = 0; step < early_steps; ++step, t = next_tile(t)) load_step_tma(t);
+  }
+  if (tid < kThreads) {  // the MMA warps load K and V (the loader warps, the other stages)
     load_sw128_async<BK, kChunks, kThreads>(sK, k, f.k_stride[1], k0, skv, f.head_dim);
     load_sw128_async<BK, kChunks, kThreads>(sV, v, f.v_stride[1], k0, skv, f.head_dim_v);
-    load_step(first);
   }
   cp_async_commit();
   // A NaN or inf in this block's K: bwd_ops.cuh, "Non-finite keys" (once per block).
@@ -485,6 +558,32 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     static_assert(C::kWarpGroups == 2 && C::kMinBlocks == 1, "the setmaxnreg budgets");
     if (tid >= kThreads) {
       warpgroup_reg_dealloc<kBwdDqWarpRegs>();
+      if (tid >= kLoaderFirst) {  // the loader (see the stage barriers above)
+        const int lt = tid - kLoaderFirst;
+        if ((maps.use && lt != 0) || inline_loads) return;
+        if (maps.use) {
+          tma_prefetch_map(&maps.q);
+          tma_prefetch_map(&maps.dout);
+        }
+        Tile t = first;
+        for (int step = 0; step < early_steps; ++step) t = next_tile(t);
+        for (int step = early_steps; step < steps; ++step, t = next_tile(t)) {
+          const int st = step % L::kStages;
+          if constexpr (L::kDqInStage)
+            wait_dq_tile_read(step);
+          else
+            mbar_wait(stage_empty(st), ((step / L::kStages) & 1) ^ 1);
+          if (maps.use) {
+            load_step_tma(t);
+          } else {
+            load_step(t, lt);
+            mbar_arrive_on_cp_async(stage_full(st));
+          }
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        return;
+      }
       if (tid != kThreads) return;
       Tile t = first;
       for (int step = 0; step < steps; ++step, t = next_tile(t)) {
@@ -513,19 +612,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     warpgroup_reg_alloc<kBwdMmaRegs>();
   }
 
-  // Start of a step: its stage (and the last step's shared tiles) visible to all MMA
-  // warps, older buffers free.
-  auto begin_step = [&] {
-    cp_async_wait<0>();
+  // Start of a step: its stage has landed (the loader's copies), visible to wgmma.
+  auto begin_step = [&](int step) {
+    mbar_wait(stage_full(step % L::kStages), (step / L::kStages) & 1);
     fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
-    mma_sync();
   };
-  // The next step's stage, issued once this step's products are under way (its address
-  // arithmetic then overlaps them).
-  auto load_next = [&](Tile next) {
-    if (next.step < steps) load_step(next);
-    cp_async_commit();
-  };
+  // Every MMA thread is done reading a step's stage: the loader may fill it again.
+  auto release_stage = [&](int step) { mbar_arrive(stage_empty(step % L::kStages)); };
   auto sdp_products = [&](int step, float(&s)[kQueriesPerWg / 2], float(&dp)[kQueriesPerWg / 2]) {
     keys_times_queries_t(s, sK, stage_q(step));
     keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
@@ -546,6 +639,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // Overlapped order: the dV/dK/dQᵀ products of step i−1 run on the tensor cores while
     // step i's element-wise phase runs (three of the five products hidden behind it):
     //   barrier | Sᵀ/dPᵀ(i), dV/dK/dQᵀ(i−1) | wait Sᵀ/dPᵀ | element-wise(i) | wait | stage dQ(i−1)
+    // (the barrier: both warpgroups' Pᵀ / dSᵀ tiles of step i−1 are written).
     // with a third Q/dO stage and second Pᵀ / dSᵀ tiles (step i−1's are still being read).
     // dV / dK read Pᵀ and dSᵀ from shared memory: no register operand is in flight during
     // the element-wise phase (ptxas serialises register-A products whose registers it
@@ -553,12 +647,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // product is issued and waited for on one path.
     Tile prev = first;
     {
-      begin_step();
+      begin_step(0);
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2];
       wgmma_fence();
       sdp_products(0, s, dp);
       wgmma_commit();
-      load_next(next_tile(first));
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
@@ -567,7 +660,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
     for (int step = 1; step < steps; ++step) {
       const Tile cur = next_tile(prev);
-      begin_step();
+      begin_step(step);
+      mma_sync();  // both warpgroups' Pᵀ / dSᵀ tiles of step − 1 are written
+      // The next step's stage is step − 2's: both warpgroups waited for its products.
+      if (inline_loads && tid == 0 && step + 1 < steps) load_step_tma(next_tile(cur));
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
@@ -575,20 +671,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       dv_dk_products_ss(step - 1);
       dq_products(step - 1, dq);
       wgmma_commit();
-      load_next(next_tile(cur));
       wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
       scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
       wgmma_wait<0>();
+      if (!inline_loads) release_stage(step - 1);  // its dV / dK products are done
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(prev, dq);
       prev = cur;
     }
     {  // the last step's products, once its tiles are complete
-      begin_step();
+      mma_sync();
       float dq[kHalves][kDqN / 2];
       wgmma_fence();
       dv_dk_products_ss(steps - 1);
@@ -604,16 +700,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     //   Sᵀ/dPᵀ(i) | element-wise(i) | load (i+1) | barrier | dV/dK/dQᵀ(i) | barrier | stage dQ(i)
     // The second barrier: no warpgroup overwrites the stage with dQ while the other's dK / dV
     // products still read its Q / dO. The next step's stage is step − 1's dQ tile (kDqStages
-    // == kStages): its load waits for the copy engine's read, after the element-wise phase
-    // so the read has had the Sᵀ / dPᵀ products' time (issuing it right after Sᵀ / dPᵀ
-    // measured 0-6 % slower, bench/RESULTS.md, session 14).
-    auto load_after_dq_read = [&](int step, Tile cur) {
-      if (step + 1 < steps) wait_dq_tile_read(step + 1);
-      load_next(next_tile(cur));
-    };
+    // == kStages): the loader fills it once the copy engine has read that tile.
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
-      begin_step();
+      begin_step(step);
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
@@ -623,7 +713,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence_operands(dp);
       scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
-      load_after_dq_read(step, cur);
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
       wgmma_fence();
       dv_dk_products_ss(step);
@@ -638,18 +727,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
   } else {
     // Serial order (D = 128):
-    //   Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
+    //   barrier | Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
+    // Meeting only at the dSᵀ barrier (a named barrier per warpgroup before writing dSᵀ rows
+    // instead of the one at the step's start) measured equal without softcap and 26-33 %
+    // slower with it (ptxas spilled 0.9 KB in the softcap loop; bench/RESULTS.md, session 17).
     // FlashAttention-3's order inside this step (dV, barrier, dQᵀ and dK from the shared dSᵀ,
-    // one wait; Pᵀ's exponents under dPᵀ) measured 0 to -4 % (bench/RESULTS.md, session 14):
-    // what bounds the step is the two warpgroups meeting at its start and at the dSᵀ barrier.
+    // one wait; Pᵀ's exponents under dPᵀ) measured 0 to -4 % (bench/RESULTS.md, session 14).
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
-      begin_step();
+      begin_step(step);
+      mma_sync();  // the other warpgroup's dQᵀ products of step − 1 have read the dSᵀ tile
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
-      load_next(next_tile(cur));
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
@@ -669,6 +760,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       dq_products(step, dq);
       wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
+      release_stage(step);
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(cur, dq);
@@ -686,8 +778,21 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 template <class T, class C>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
+  // Q and dO maps over [batch, seqlen_q, heads_q, dim] (their pointers and strides are
+  // 16-byte aligned: cuda_backend.cu checks before any backward).
+  const FwdParams& f = params.f;
+  BwdLoadMaps maps{};
+  maps.use = f.cu_seqlens_q == nullptr && f.mask.seqlen_q > 0;
+  if (maps.use) {
+    const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+    maps.q = make_tile_map({f.q, bf16, f.head_dim, f.mask.seqlen_q, f.heads_q, batch, f.q_stride[1],
+                            f.q_stride[2], f.q_stride[0], C::kBlockQ});
+    maps.dout = make_tile_map({params.dout, bf16, f.head_dim_v, f.mask.seqlen_q, f.heads_q, batch,
+                               f.o_stride[1], f.o_stride[2], f.o_stride[0], C::kBlockQ});
+  }
   launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
-      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad, stream);
+      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad, stream,
+      maps);
 }
 
 }  // namespace flash::cuda

@@ -46,6 +46,13 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+// One arrival once every cp.async this thread issued before has landed (counted against
+// the barrier's init count: no pending arrival is added).
+__device__ __forceinline__ void mbar_arrive_on_cp_async(uint32_t bar) {
+#if FLASH_WGMMA_AVAILABLE
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
 #if FLASH_WGMMA_AVAILABLE
   uint32_t done = 0;
@@ -71,6 +78,18 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
+// memory; completion is counted in bytes on bar.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+#if FLASH_WGMMA_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 #endif
 }

@@ -7,6 +7,7 @@
 // the same device call and compare ratios (tests/cuda/device_bwd.sh does both).
 //   cuda_backward_bench <libflashattn_cuda.so> [--dims 64 128] [--seqlens 1024 ...]
 //                       [--dtype bf16|f16|f32] [--iters N] [--atomic] [--uniform]
+//                       [--softcap C]
 // Inputs: standard normal (torch.randn's, as torch_sdpa.py), --uniform: [-1, 1).
 // --atomic also times nondeterministic = 1 (unordered atomic dQ), as row "ours-atomic".
 #include <cuda_bf16.h>
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   }
   int dtype = FLASH_BF16, iters = 20;
   bool atomic = false;
+  float softcap = 0.f;  // > 0: tanh softcap (the kernels' softcap instances)
   InputDist dist = InputDist::kNormal;
   std::vector<int> dims = {64, 128}, seqlens = {1024, 2048, 4096, 8192, 16384};
   for (int i = 2; i < argc; ++i) {
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
       atomic = true;
     else if (a == "--uniform")
       dist = InputDist::kUniform;
+    else if (a == "--softcap")
+      softcap = std::atof(argv[++i]);
     else if (a == "--iters")
       iters = std::atoi(argv[++i]);
     else if (a == "--dtype") {
@@ -59,8 +63,8 @@ int main(int argc, char** argv) {
   }
   const char* dname = dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
   const size_t eb = dtype == FLASH_F32 ? 4 : 2;
-  std::printf("libflashattn cuda backward on %s, %s inputs\n", detail.text,
-              dist == InputDist::kNormal ? "normal" : "uniform");
+  std::printf("libflashattn cuda backward on %s, %s inputs, softcap %g\n", detail.text,
+              dist == InputDist::kNormal ? "normal" : "uniform", softcap);
   std::printf("%-9s %-5s %3s %3s %6s %4s %6s %9s %9s %s\n", "backend", "dtype", "B", "H", "S", "D",
               "causal", "bwd ms", "bwd TF/s", "kernels");
   for (int D : dims)
@@ -77,6 +81,7 @@ int main(int argc, char** argv) {
         for (int mode = 0; mode < (atomic ? 2 : 1); ++mode) {
           flash_problem p = packed_problem(B, S, H, D, dtype, causal, lse);
           p.nondeterministic = mode;
+          p.softcap = softcap;
           flash_message msg{}, choice{};
           m->choose(&p, FLASH_BACKWARD, &choice);
           const bool fwd_ok = m->forward(&p, q, k, v, o, &msg) == FLASH_OK &&
