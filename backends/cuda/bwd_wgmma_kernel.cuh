@@ -48,14 +48,14 @@
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H100, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside
-// torch in one call, 2026-11-26): D = 64 328 / 385 / 344 TFLOP/s = 0.85 / 0.90 / 0.78 of
-// cuDNN, causal 262 / 353 / 376 = 0.92 / 0.89 / 0.89; D = 128 404 / 413 / 477 = 0.94 /
-// 0.80 / 0.89, causal 290 / 404 / 411 = 0.82 / 0.82 / 0.83; 1.3-1.7x torch's
-// FlashAttention-2 backward (bench/RESULTS.md, session 12, walk up). D = 256 (session 13):
-// 304 / 337 / 337 TFLOP/s = 1.42 / 1.34 / 1.27x torch flash, causal 258 / 330 / 350 =
-// 1.56 / 1.43 / 1.37x (0.89-0.98 of cuDNN); 3.2-3.7x the mma.sync kernel's two passes.
-// D = 96 on the 128 tile 1.13-1.45x torch flash, D = 192 on the 256 tile 1.04-1.18x.
+// Measured (H200, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside torch
+// in one call, 2026-11-27, bench/RESULTS.md, session 17): D = 64 328 / 374 / 390 TFLOP/s =
+// 0.85 / 0.87 / 0.88 of cuDNN, causal 267 / 359 / 379 = 0.89 / 0.90 / 0.90; D = 128 440 / 477 /
+// 493 = 0.99 / 0.88 / 0.94, causal 327 / 423 / 465 = 0.99 / 0.90 / 0.90; D = 256 368 / 383 /
+// 388 = 1.14 / 1.10 / 1.11 (causal 1.11 / 1.02 / 1.06) of cuDNN, 1.5-1.7x torch's
+// FlashAttention-2 backward.
+// D = 96 on the 128 tile 1.13-1.45x torch flash, D = 192 on the 256 tile 1.04-1.18x (session
+// 13, before the TMA loads).
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
