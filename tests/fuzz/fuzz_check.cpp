@@ -331,8 +331,10 @@ std::string check_one(const uint8_t* data, size_t size) {
     // depends on the summation order (the naive path's differs). The bound's epsilon term
     // takes the larger of the two scales, for o and for lse.
     const double eff_scale =
-        d.scale > 0 ? d.scale : 1 / std::sqrt(static_cast<double>(std::max<int64_t>(d.head_dim, 1)));
-    const double dot_logit = eff_scale * x.amplitude * x.amplitude * static_cast<double>(d.head_dim);
+        d.scale > 0 ? d.scale
+                    : 1 / std::sqrt(static_cast<double>(std::max<int64_t>(d.head_dim, 1)));
+    const double dot_logit =
+        eff_scale * x.amplitude * x.amplitude * static_cast<double>(d.head_dim);
     const double logit_scale = std::max(test::magnitude(ref.lse), dot_logit);
     const double per_logit =
         std::ldexp(1.0, -24) * (2 + 2 * std::sqrt(static_cast<double>(d.head_dim)));
@@ -342,8 +344,12 @@ std::string check_one(const uint8_t* data, size_t size) {
     if (!x.backward) {
       const auto naive =
           reference::naive_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
-      if (!matches(name + " o", o.to_packed(), ref.o, naive.o, tdtype,
-                   test::magnitude(ref.o) * logit_factor, why))
+      // o is a convex combination of V's rows: rounding the weights moves it by eps·|v|
+      // even where the rows cancel to a small o (f32, D 1, 24 keys: an error of 2e-8 =
+      // 0.17 eps·|v| on o = -0.0068 failed an eps·|o| bound; fuzz/regressions/
+      // forward_f32_d1_o_cancellation_avx512bf16), so the epsilon term scales with max |v|.
+      const double o_scale = std::max(test::magnitude(ref.o), test::magnitude(in.v.to_packed()));
+      if (!matches(name + " o", o.to_packed(), ref.o, naive.o, tdtype, o_scale * logit_factor, why))
         fail << why << "\n";
       if (x.want_lse && !matches(name + " lse", std::vector<double>(lse.begin(), lse.end()),
                                  ref.lse, naive.lse, DType::f32, lse_scale, why))
