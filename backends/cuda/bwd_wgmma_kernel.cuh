@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   auto dq_empty = [&](int st) { return base + L::kBars + 8 * (L::kDqStages + st); };
   // The loader: warps 2 and 3 of the dQ warpgroup fill the stage ring with each step's Q / dO
   // / lse / Δ, ahead of the MMA warps by as many stages as the ring has: one thread with TMA
-  // (maps.use), else all 64 with cp.async. Per stage: full (the TMA thread's arrival and its
+  // (maps.use; at D = 64 thread 0 of the MMA warps instead, see inline_loads), else all 64
+  // with cp.async. Per stage: full (the TMA thread's arrival and its
   // bytes, or one arrival per cp.async thread once its copies landed), empty (every MMA
   // thread is done reading it; kDqInStage: the copy engine has read the dQ tile staged
   // there, dq_empty).
@@ -615,7 +616,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // Start of a step: its stage has landed (the loader's copies), visible to wgmma.
   auto begin_step = [&](int step) {
     mbar_wait(stage_full(step % L::kStages), (step / L::kStages) & 1);
-    fence_proxy_async_smem();  // cp.async data is read by wgmma (the async proxy)
+    fence_proxy_async_smem();  // the cp.async fallback's data is read by wgmma (async proxy)
   };
   // Every MMA thread is done reading a step's stage: the loader may fill it again.
   auto release_stage = [&](int step) { mbar_arrive(stage_empty(step % L::kStages)); };
