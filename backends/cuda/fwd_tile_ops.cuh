@@ -46,6 +46,23 @@ __device__ __forceinline__ void softcap_and_mask(float (&s)[MT][NT][4], float so
     }
 }
 
+// The largest of this lane's 2·NT scores of row half h (s[nt][2h], s[nt][2h + 1]) as a tree
+// of fmaxf, depth log2(2·NT). The loop `mx = fmaxf(mx, ...)` compiles to a chain of 2·NT
+// dependent FMNMX (ptxas does not reassociate fmaxf), whose latency the two consumer warps
+// of a scheduler do not hide: 14 % of the D = 128 wgmma forward's samples (ncu, session 18).
+// fmaxf ignores NaN, so the tree returns what the chain did (the max of the non-NaN scores).
+template <int NT>
+__device__ __forceinline__ float row_half_max(const float (&s)[NT][4], int h) {
+  float m[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) m[nt] = fmaxf(s[nt][2 * h], s[nt][2 * h + 1]);
+#pragma unroll
+  for (int stride = 1; stride < NT; stride *= 2)
+#pragma unroll
+    for (int nt = 0; nt + stride < NT; nt += 2 * stride) m[nt] = fmaxf(m[nt], m[nt + stride]);
+  return m[0];
+}
+
 // One step of a row's online softmax on raw scores (before the mult = scale·log2(e)
 // factor, or the capped score under softcap). Every p of the row is
 // exp2((score − max)·mult): the difference is exact where it matters (Sterbenz: scores

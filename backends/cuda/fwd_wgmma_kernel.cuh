@@ -16,8 +16,8 @@
 // are A fragment kk) and V as an MN-major shared-memory operand. Inside a warpgroup,
 // S(i) is issued before P(i-1)·V(i-1), so the softmax of S(i) runs while that product
 // is on the tensor cores; the consumers' products and softmaxes also interleave on the
-// SM (an explicit ping-pong between them, named-barrier turns, measured neutral twice,
-// also once the overlap worked: bench/RESULTS.md).
+// SM (an explicit ping-pong between them, named-barrier turns, measured neutral three times,
+// the last in session 18: bench/RESULTS.md).
 // O is divided by the row sum once at the end; lse = ln Σ exp is written when asked.
 // Tiles outside the causal / window band are never loaded.
 //
@@ -37,7 +37,9 @@
 // hidden keys only): D 128 0.96 / 0.98, causal 0.98 / 0.95; D 64 1.01 / 1.07, 0.95 / 1.00;
 // D 256 0.93 / 1.03, 0.98 / 1.02. H100, 5f208f6 (192-wide tile): D 192 4k / 16k 1.09 / 1.03,
 // causal 1.05 / 1.04 (was 0.84 / 0.81, 0.82 / 0.82 on the 256 tile); 192 / 128 1.03 / 1.02,
-// causal 1.08 / 1.10 (bench/RESULTS.md).
+// causal 1.08 / 1.10. H200, session 18 (tree row max, D 256 on 80-key tiles, idle consumers
+// of a partial last block), bf16 4k / 16k: D 64 1.06 / 1.04, causal 0.98 / 1.02; D 128 1.01 /
+// 0.93, causal 0.98 / 1.00; D 256 1.03 / 0.97, causal 1.11 / 1.06 of cuDNN (bench/RESULTS.md).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -391,10 +393,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     float max_used[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        mx = fmaxf(mx, fmaxf(s_acc[0][nt][2 * h], s_acc[0][nt][2 * h + 1]));
+      float mx = row_half_max(s_acc[0], h);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       online_softmax_max(row_max[h], mx, mult, max_used[h], alpha[h]);
@@ -465,6 +464,22 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     row_sum[0] = row_sum[1] = 0.f;
     if (n_tiles == 0) mbar_arrive(empty_q);  // no Q was loaded
     if (sp.q0 >= mask.seqlen_q) continue;    // a packed sequence shorter than this block
+    // A consumer whose 64 rows all lie past the sequence (the last query block of a length
+    // that is not a multiple of BM: 4096 = 21⅓ blocks of 192 rows at D = 64) computes
+    // nothing and leaves the tensor cores to the others: it hands Q and each K / V stage
+    // back to the producer once that stage's tile has landed (an arrival before then could
+    // count towards a later phase of the stage). Warp-uniform vote: see needs_exact_pv.
+    if (__any_sync(0xffffffffu, sp.q0 + c * 64 >= mask.seqlen_q)) {
+      if (n_tiles > 0) mbar_arrive(empty_q);
+      for (int i = 0; i < n_tiles; ++i) {
+        mbar_wait(full_k(stage_of(i)), parity_of(i));
+        mbar_arrive(empty_k(stage_of(i)));
+        mbar_wait(full_v(stage_of(i)), parity_of(i));
+        mbar_arrive(empty_v(stage_of(i)));
+      }
+      ring_base += n_tiles;
+      continue;
+    }
     if (n_tiles > 0) {
       // Tile 0: S, softmax, P (O is still 0: no rescale).
       float alpha[2];

@@ -135,11 +135,19 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_KV_128
 #define FLASH_FWD_WGMMA_KV_128 176
 #endif
-#ifndef FLASH_FWD_WGMMA_TUNE_128
-#define FLASH_FWD_WGMMA_TUNE_128 FLASH_FWD_WGMMA_KV_128, FLASH_FWD_WGMMA_STAGES_128, 2
+// Consumers at D = 128: two (three on 96-key tiles, 160 registers each, spilled and ran
+// 0.79-0.84x, bench/RESULTS.md, session 18).
+#ifndef FLASH_FWD_WGMMA_CONSUMERS_128
+#define FLASH_FWD_WGMMA_CONSUMERS_128 2
 #endif
+#ifndef FLASH_FWD_WGMMA_TUNE_128
+#define FLASH_FWD_WGMMA_TUNE_128 \
+  FLASH_FWD_WGMMA_KV_128, FLASH_FWD_WGMMA_STAGES_128, FLASH_FWD_WGMMA_CONSUMERS_128
+#endif
+// D = 256: 80-key tiles (FlashAttention-3's choice): Q 64 KB and two stages of K and V
+// (4 x 40 KB) fill 225 of the 227 KB; +2-12 % over 64-key tiles (bench/RESULTS.md, session 18).
 #ifndef FLASH_FWD_WGMMA_KV_256
-#define FLASH_FWD_WGMMA_KV_256 64
+#define FLASH_FWD_WGMMA_KV_256 80
 #endif
 #ifndef FLASH_FWD_WGMMA_TUNE_256
 #define FLASH_FWD_WGMMA_TUNE_256 FLASH_FWD_WGMMA_KV_256, 2, 2
