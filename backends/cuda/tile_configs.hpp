@@ -127,8 +127,11 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_STAGES_128
 #define FLASH_FWD_WGMMA_STAGES_128 2
 #endif
+#ifndef FLASH_FWD_WGMMA_KV_64
+#define FLASH_FWD_WGMMA_KV_64 128
+#endif
 #ifndef FLASH_FWD_WGMMA_TUNE_64
-#define FLASH_FWD_WGMMA_TUNE_64 128, FLASH_FWD_WGMMA_STAGES_64, 3
+#define FLASH_FWD_WGMMA_TUNE_64 FLASH_FWD_WGMMA_KV_64, FLASH_FWD_WGMMA_STAGES_64, 3
 #endif
 // D = 128: 176-key tiles (FlashAttention-3's choice) measured +0-6 % over 128 (bench/
 // RESULTS.md, 2026-11-24); S of 88 and P of 44 registers still fit the 240 of a consumer.
