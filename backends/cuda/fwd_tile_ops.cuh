@@ -48,8 +48,9 @@ __device__ __forceinline__ void softcap_and_mask(float (&s)[MT][NT][4], float so
 
 // The largest of this lane's 2·NT scores of row half h (s[nt][2h], s[nt][2h + 1]) as a tree
 // of fmaxf, depth log2(2·NT). The loop `mx = fmaxf(mx, ...)` compiles to a chain of 2·NT
-// dependent FMNMX (ptxas does not reassociate fmaxf), whose latency the two consumer warps
-// of a scheduler do not hide: 14 % of the D = 128 wgmma forward's samples (ncu, session 18).
+// dependent FMNMX (ptxas does not reassociate fmaxf): 14 % of the D = 128 wgmma forward's
+// samples (ncu); the tree measured +1-4 % at D = 64 and within the spread at D = 128 / 256,
+// where the other warpgroup's products hid most of the chain (bench/RESULTS.md, session 18).
 // fmaxf ignores NaN, so the tree returns what the chain did (the max of the non-NaN scores).
 template <int NT>
 __device__ __forceinline__ float row_half_max(const float (&s)[NT][4], int h) {

@@ -127,6 +127,8 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_STAGES_128
 #define FLASH_FWD_WGMMA_STAGES_128 2
 #endif
+// D = 64: 128-key tiles (160 spilled at the three consumers' 160 registers and ran
+// 0.74-0.80x; N = 144 has no wgmma wrapper; bench/RESULTS.md, session 18).
 #ifndef FLASH_FWD_WGMMA_KV_64
 #define FLASH_FWD_WGMMA_KV_64 128
 #endif
