@@ -45,9 +45,9 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false, true
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -148,33 +148,42 @@ constexpr int kBwdLaunchRegs = 65536 / (3 * 128) / 8 * 8;
 constexpr int kBwdWgmmaMaxOwnKeysDim = 128;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP)                                           \
-  template <>                                                                                      \
-  struct BwdWgmmaConfig<D> {                                                                       \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                                 \
-    static constexpr bool kSplitD = D > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */               \
-    static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                                        \
-    static constexpr int kMinBlocks = MINB;                                                        \
-    static constexpr bool kOverlap = OVERLAP;                                                      \
-    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */          \
-    static constexpr const char* kName = OVERLAP ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB  \
-                                                   "_overlap"                                      \
-                                                 : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
+#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP, REGS)                            \
+  template <>                                                                             \
+  struct BwdWgmmaConfig<D> {                                                              \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                        \
+    static constexpr bool kSplitD = D > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */      \
+    static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                               \
+    static constexpr int kMinBlocks = MINB;                                               \
+    static constexpr bool kOverlap = OVERLAP;                                             \
+    /* REGS: register A operands where shared-memory bandwidth binds (see below) */       \
+    static constexpr bool kKvInRegs = REGS, kGradsInRegs = REGS && OVERLAP;               \
+    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */ \
+    static constexpr const char* kName =                                                  \
+        OVERLAP ? (REGS ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB "_overlap_rs"    \
+                        : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB "_overlap")      \
+                : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB;                         \
   };
 // 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
 // half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
 // measured 1.05x over the serial one (tune set 5); at D = 128 it needs 32-query tiles
 // (shared memory) and measured 0.8x.
+// REGS (D = 64): at n64 a product reading both operands from shared memory needs as many
+// bytes per cycle as shared memory delivers (4 KB per m64n64k16), so D = 64 was bound by
+// it: K and V rows stay in registers as the A operands of Sᵀ and dPᵀ (32 registers), and
+// step i−1's Pᵀ / dSᵀ feed dV / dK from registers (not with softcap: ptxas spills there).
+// Measured +3-7 % and then +0-2 % (H100, session 19, bench/RESULTS.md). D = 128 has no
+// registers for it (dK and dV alone take 128) and is not bound by shared memory.
 #ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true
+#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true, true
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
 #endif
 // D = 256 (kSplitD): 64 keys, 64-query tiles; the dQ staging tile lives in the step's Q / dO
 // stage once dK / dV have read it (BwdWgmmaLayout::kDqInStage: no room for both).
 #ifndef FLASH_BWD_WGMMA_TUNE_256
-#define FLASH_BWD_WGMMA_TUNE_256 2, 64, 1, false
+#define FLASH_BWD_WGMMA_TUNE_256 2, 64, 1, false, false
 #endif
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
 FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)

@@ -8,9 +8,11 @@
 // (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the block walks the
 // query tiles (kBlockQ rows; Q, dO, lse, Δ by two loader warps, below, into a ring of stages):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
+//                                 (D = 64: K / V rows as register A fragments, C::kKvInRegs)
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, B MN-major; A = Pᵀ / dSᵀ from registers
-//                                 (serial order) or from shared tiles (overlapped order, kSplitD)
+//                                 (serial order; overlapped order at D = 64 without softcap)
+//                                 or from shared tiles (overlapped order, kSplitD)
 //   dQᵀ = Kᵀ·dSᵀ                  wgmma m64 x BQ per 64 rows of D, dSᵀ via shared memory (64-
 //                                 or 128-byte swizzle), both operands MN-major
 //   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
@@ -49,7 +51,8 @@
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside torch
-// in one call, 2026-11-27, bench/RESULTS.md, session 17): D = 64 328 / 374 / 390 TFLOP/s =
+// in one call, 2026-11-27, bench/RESULTS.md, session 17; D = 64 then +4-9 % from register
+// operands, session 19): D = 64 328 / 374 / 390 TFLOP/s =
 // 0.85 / 0.87 / 0.88 of cuDNN, causal 267 / 359 / 379 = 0.89 / 0.90 / 0.90; D = 128 440 / 477 /
 // 493 = 0.99 / 0.88 / 0.94, causal 327 / 423 / 465 = 0.99 / 0.90 / 0.90; D = 256 368 / 383 /
 // 388 = 1.14 / 1.10 / 1.11 (causal 1.11 / 1.02 / 1.06) of cuDNN, 1.5-1.7x torch's
@@ -141,6 +144,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // after them.
   constexpr int kThreads = C::kMmaThreads, kChunks = D / 8;
   constexpr bool kOverlap = C::kOverlap;
+  // Register A operands (bwd_configs.hpp, REGS): K / V rows for Sᵀ / dPᵀ, and in the
+  // overlapped order step i−1's Pᵀ / dSᵀ for dV / dK (not with softcap: ptxas spilled
+  // there, 25-30 % slower).
+  constexpr bool kKvInRegs = C::kKvInRegs, kGradsInRegs = C::kGradsInRegs && !kSoftcap;
+  static_assert(!C::kGradsInRegs || kOverlap, "the previous step's Pᵀ / dSᵀ: overlapped order");
+  static_assert(!kKvInRegs || !C::kSplitD, "register K / V rows: each warpgroup owns its keys");
   // dQᵀ (D x BQ) is shared out over the warpgroups by 64-row halves of D or, when there
   // are fewer halves than warpgroups (D = 64), by column halves: warpgroup wg then owns
   // queries wg·kDqN...
@@ -348,6 +357,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_ss<T, kQueriesPerWg, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
                                        gmma_desc_add(queries_desc, off_q), kk > 0);
     }
+  };
+  // The same with this warpgroup's K / V rows as register A fragments (C::kKvInRegs, loaded
+  // once per block by load_kv_fragments): only the queries' tile is read from shared memory.
+  auto keys_times_queries_t_rs = [&](float(&acc)[kQueriesPerWg / 2],
+                                     const uint32_t(&keys)[D / 16][4], uint32_t queries) {
+    const uint64_t queries_desc = gmma_desc(queries, 16, 1024, kGmmaSwizzle128);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_rs<T, kQueriesPerWg, 0>(
+          acc, keys[kk], gmma_desc_add(queries_desc, (kk / 4) * BQ * 128 + (kk % 4) * 32), kk > 0);
   };
   // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
   // 64 columns, BQ rows further).
@@ -620,9 +639,26 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   };
   // Every MMA thread is done reading a step's stage: the loader may fill it again.
   auto release_stage = [&](int step) { mbar_arrive(stage_empty(step % L::kStages)); };
+  // K / V rows of this warp as A fragments (C::kKvInRegs): k16 step kk of rows key_warp·16..
+  // (ldmatrix x4: lane l addresses row l % 16, chunk 2kk + l / 16), once, after the
+  // non-finite-key quarantine above has settled the tiles.
+  uint32_t k_frag[kKvInRegs ? D / 16 : 1][4], v_frag[kKvInRegs ? D / 16 : 1][4];
+  if constexpr (kKvInRegs) {
+    const int frag_row = key_warp * 16 + (lane & 15), frag_chunk = lane >> 4;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      ldmatrix_x4(k_frag[kk], sw128_addr<BK>(sK, frag_row, 2 * kk + frag_chunk));
+      ldmatrix_x4(v_frag[kk], sw128_addr<BK>(sV, frag_row, 2 * kk + frag_chunk));
+    }
+  }
   auto sdp_products = [&](int step, float(&s)[kQueriesPerWg / 2], float(&dp)[kQueriesPerWg / 2]) {
-    keys_times_queries_t(s, sK, stage_q(step));
-    keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
+    if constexpr (kKvInRegs) {
+      keys_times_queries_t_rs(s, k_frag, stage_q(step));
+      keys_times_queries_t_rs(dp, v_frag, stage_q(step) + L::kTileQ);
+    } else {
+      keys_times_queries_t(s, sK, stage_q(step));
+      keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
+    }
   };
 
   // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (overlapped order and kSplitD).
@@ -642,11 +678,32 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     //   barrier | Sᵀ/dPᵀ(i), dV/dK/dQᵀ(i−1) | wait Sᵀ/dPᵀ | element-wise(i) | wait | stage dQ(i−1)
     // (the barrier: both warpgroups' Pᵀ / dSᵀ tiles of step i−1 are written).
     // with a third Q/dO stage and second Pᵀ / dSᵀ tiles (step i−1's are still being read).
-    // dV / dK read Pᵀ and dSᵀ from shared memory: no register operand is in flight during
-    // the element-wise phase (ptxas serialises register-A products whose registers it
-    // cannot prove untouched). Step 0 and the last products are peeled off, so every
+    // dV / dK read step i−1's Pᵀ and dSᵀ from shared memory, or (kGradsInRegs) from
+    // pf_prev / df_prev, which nothing writes until the wait after the element-wise phase
+    // (ptxas serialises register-A products whose registers it cannot prove untouched; it
+    // reported nothing here). Step 0 and the last products are peeled off, so every
     // product is issued and waited for on one path.
     Tile prev = first;
+    // kGradsInRegs: step i−1's Pᵀ / dSᵀ as register A fragments of its dV / dK products
+    // (only dSᵀ goes to a shared tile, for dQᵀ).
+    uint32_t pf_prev[kGradsInRegs ? KS : 1][4], df_prev[kGradsInRegs ? KS : 1][4];
+    const auto keep_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
+                                const float(&dst)[kQueriesPerWg / 2]) {
+      if constexpr (kGradsInRegs) {
+        pack_fragment(pt, pf_prev);
+        pack_fragment(dst, df_prev);
+        store_tile(ds_tile(step), df_prev);
+        fence_proxy_async_smem();  // the tile is read by wgmma (after a barrier)
+      } else {
+        store_grads(step, pt, dst);
+      }
+    };
+    const auto dv_dk_of = [&](int step) {
+      if constexpr (kGradsInRegs)
+        dv_dk_products(step, pf_prev, df_prev);
+      else
+        dv_dk_products_ss(step);
+    };
     {
       begin_step(0);
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2];
@@ -657,7 +714,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
       scores_to_grads(first, s, dp, s, dp);
-      store_grads(0, s, dp);
+      keep_grads(0, s, dp);
     }
     for (int step = 1; step < steps; ++step) {
       const Tile cur = next_tile(prev);
@@ -669,15 +726,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
-      dv_dk_products_ss(step - 1);
+      dv_dk_of(step - 1);
       dq_products(step - 1, dq);
       wgmma_commit();
       wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
       scores_to_grads(cur, s, dp, s, dp);
-      store_grads(step, s, dp);
-      wgmma_wait<0>();
+      if constexpr (kGradsInRegs) {
+        wgmma_wait<0>();  // step − 1's dV / dK have read pf_prev / df_prev
+        keep_grads(step, s, dp);
+      } else {
+        store_grads(step, s, dp);
+        wgmma_wait<0>();
+      }
       if (!inline_loads) release_stage(step - 1);  // its dV / dK products are done
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
@@ -688,7 +750,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       mma_sync();
       float dq[kHalves][kDqN / 2];
       wgmma_fence();
-      dv_dk_products_ss(steps - 1);
+      dv_dk_of(steps - 1);
       dq_products(steps - 1, dq);
       wgmma_commit();
       wgmma_wait<0>();
