@@ -292,13 +292,14 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("cuda module: %s\n", detail.text);
-  // --quick: a reduced grid for compute-sanitizer runs (head dims 64, 128 and 256 of the
-  // wgmma backward, a window with softcap on the mma.sync one).
+  // --quick: a reduced grid for compute-sanitizer runs (head dims 64 (with and without
+  // softcap), 128 and 256 of the wgmma backward, a window with softcap on the mma.sync one).
   const bool quick = argc > 2 && std::strcmp(argv[2], "--quick") == 0;
   std::mt19937 rng(4321);
   int fails = 0, total = 0;
   const std::vector<Shape> det =
       quick ? std::vector<Shape>{{1, 200, 300, 4, 2, 64, 64, true, -1, -1, 0.f},
+                                 {1, 140, 170, 2, 1, 64, 64, false, 40, 10, 20.f},
                                  {1, 150, 130, 2, 1, 256, 256, true, -1, -1, 0.f},
                                  {1, 130, 100, 2, 1, 128, 64, false, 30, 10, 20.f},
                                  {1, 170, 210, 2, 1, 128, 128, true, -1, -1, 0.f}}
@@ -314,6 +315,8 @@ int main(int argc, char** argv) {
                   {2, 1000, 1000, 4, 4, 256, 256, false, -1, -1, 0.f},
                   {1, 150, 230, 2, 2, 160, 160, false, 40, 40, 0.f},
                   {1, 230, 150, 3, 1, 192, 128, true, -1, -1, 0.f},
+                  // D 64 with softcap (its own path: Pᵀ / dSᵀ through shared tiles), a window.
+                  {1, 600, 700, 4, 2, 64, 64, false, 90, 30, 30.f},
                   // Many (batch, kv head) pairs: fewer splits than key blocks, so each
                   // block walks several key blocks (the snake order) into its slice.
                   {4, 1000, 1000, 16, 16, 128, 128, true, -1, -1, 0.f},
