@@ -358,8 +358,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                                        gmma_desc_add(queries_desc, off_q), kk > 0);
     }
   };
-  // The same with this warpgroup's K / V rows as register A fragments (C::kKvInRegs, loaded
-  // once per block by load_kv_fragments): only the queries' tile is read from shared memory.
+  // The same with this warp's K / V rows as register A fragments (C::kKvInRegs: k_frag /
+  // v_frag, loaded once per block below): only the queries' tile is read from shared memory.
   auto keys_times_queries_t_rs = [&](float(&acc)[kQueriesPerWg / 2],
                                      const uint32_t(&keys)[D / 16][4], uint32_t queries) {
     const uint64_t queries_desc = gmma_desc(queries, 16, 1024, kGmmaSwizzle128);
