@@ -51,12 +51,11 @@
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside torch
-// in one call, 2026-11-27, bench/RESULTS.md, session 17; D = 64 then +4-9 % from register
-// operands, session 19): D = 64 328 / 374 / 390 TFLOP/s =
-// 0.85 / 0.87 / 0.88 of cuDNN, causal 267 / 359 / 379 = 0.89 / 0.90 / 0.90; D = 128 440 / 477 /
-// 493 = 0.99 / 0.88 / 0.94, causal 327 / 423 / 465 = 0.99 / 0.90 / 0.90; D = 256 368 / 383 /
-// 388 = 1.14 / 1.10 / 1.11 (causal 1.11 / 1.02 / 1.06) of cuDNN, 1.5-1.7x torch's
-// FlashAttention-2 backward.
+// in one call, 2026-11-27, bench/RESULTS.md, session 17): D = 64 328 / 374 / 390 TFLOP/s =
+// 0.85 / 0.87 / 0.88 of cuDNN, causal 267 / 359 / 379 = 0.89 / 0.90 / 0.90 (register operands
+// since: +4-9 %, H100 0.96-1.02 at 8k / 16k, session 19); D = 128 440 / 477 / 493 = 0.99 /
+// 0.88 / 0.94, causal 327 / 423 / 465 = 0.99 / 0.90 / 0.90; D = 256 368 / 383 / 388 = 1.14 /
+// 1.10 / 1.11 (causal 1.11 / 1.02 / 1.06) of cuDNN, 1.5-1.7x torch's FlashAttention-2.
 // D = 96 on the 128 tile 1.13-1.45x torch flash, D = 192 on the 256 tile 1.04-1.18x (session
 // 13, before the TMA loads).
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
@@ -66,6 +65,7 @@
 
 #include <type_traits>
 
+#include "bwd_dq_order.cuh"
 #include "bwd_kv_kernel.cuh"
 #include "tma_map.hpp"
 #include "tma_ops.cuh"
@@ -75,53 +75,6 @@ namespace flash::cuda {
 
 // Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
 constexpr int kBwdMmaBarrier = 1;
-
-// ---- ordered dQ accumulation (deterministic mode) ---------------------------------------
-// Adds into query tile t happen in a fixed order: block j waits until the tile's counter
-// equals its rank among the key blocks that see t, adds, and after the add has completed
-// increments the counter. Two orders:
-//  - key-block order (mask band: causal or window, p.walk_up): every block walks upward
-//    from its first query tile and the adds into a tile go from the highest key block that
-//    sees it down; the grid has the key block slowest and dispatches the last key block
-//    first, so a block waits only for higher-numbered blocks of its head, dispatched
-//    earlier (and arriving at the tile about two steps earlier under a causal mask);
-//  - arrival order (no mask band, p.dq_rotate): the grid has the key block fastest (a
-//    head's blocks run side by side and share its tiles in L2) and a head has at most
-//    half as many key blocks as the GPU has SMs (all resident together); block i starts
-//    its walk i·d positions further (d = steps / key blocks), so the blocks reach each
-//    tile d steps apart, and rank = arrival order (rotated_rank). A block then waits only
-//    for blocks that reached the tile at an earlier step, which release before they wait
-//    themselves (the dQ warp releases each counter once its add completed), so the waits
-//    never form a cycle.
-// A spin limit traps instead of hanging if that ever fails.
-// The counter is read one step ahead (load_counter, relaxed: nothing waits on it until it
-// is compared), so the common case costs no round trip. Ordering of the adds themselves:
-// the releasing block increments only after its add has completed (bulk wait_group), and
-// both adds are reductions performed in L2, so an add issued after the counter was seen
-// lands after the add it waited for; the proxy fences order the counter accesses
-// (generic proxy) with the bulk adds (async proxy).
-__device__ __forceinline__ unsigned load_counter(const unsigned* counter) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(counter));
-  return v;
-}
-__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned value,
-                                             unsigned seen) {
-  for (long spins = 0; seen != value; ++spins) {
-    if (spins > (1l << 30)) __trap();
-    __nanosleep(32);
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-  }
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // then the bulk add
-}
-__device__ __forceinline__ void release_counter(unsigned* counter) {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the completed bulk add first
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_complete() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // Tensor maps of Q and dO (tma_map.hpp; a box is kBlockQ rows x 64 columns) for the loader's
 // TMA copies. use = false (packed batches): the loader's threads copy with cp.async instead,
@@ -346,27 +299,24 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the kk/4-th
   // 64-column atom): rows (this warpgroup's 64 keys) of a K-major [keys][D] tile times the
   // K-major [BQ][D] tile, transposed (kSplitD: all 64 keys times the kQueriesPerWg queries
-  // from s_q_first).
-  auto keys_times_queries_t = [&](float(&acc)[kQueriesPerWg / 2], uint32_t keys, uint32_t queries) {
+  // from s_q_first). C::kKvInRegs: the rows come from this warp's register fragments of them
+  // (k_frag / v_frag, below), so only the queries' tile is read from shared memory.
+  auto keys_times_queries_t = [&](float(&acc)[kQueriesPerWg / 2], uint32_t keys,
+                                  const uint32_t(&key_frags)[kKvInRegs ? D / 16 : 1][4],
+                                  uint32_t queries) {
     const uint64_t keys_desc = gmma_desc(keys + wg_rows, 16, 1024, kGmmaSwizzle128);
     const uint64_t queries_desc = gmma_desc(queries + s_q_first * 128, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
       const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      wgmma_ss<T, kQueriesPerWg, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
-                                       gmma_desc_add(queries_desc, off_q), kk > 0);
+      if constexpr (kKvInRegs)
+        wgmma_rs<T, kQueriesPerWg, 0>(acc, key_frags[kk], gmma_desc_add(queries_desc, off_q),
+                                      kk > 0);
+      else
+        wgmma_ss<T, kQueriesPerWg, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
+                                         gmma_desc_add(queries_desc, off_q), kk > 0);
     }
-  };
-  // The same with this warp's K / V rows as register A fragments (C::kKvInRegs: k_frag /
-  // v_frag, loaded once per block below): only the queries' tile is read from shared memory.
-  auto keys_times_queries_t_rs = [&](float(&acc)[kQueriesPerWg / 2],
-                                     const uint32_t(&keys)[D / 16][4], uint32_t queries) {
-    const uint64_t queries_desc = gmma_desc(queries, 16, 1024, kGmmaSwizzle128);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_rs<T, kQueriesPerWg, 0>(
-          acc, keys[kk], gmma_desc_add(queries_desc, (kk / 4) * BQ * 128 + (kk % 4) * 32), kk > 0);
   };
   // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
   // 64 columns, BQ rows further).
@@ -652,13 +602,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
   }
   auto sdp_products = [&](int step, float(&s)[kQueriesPerWg / 2], float(&dp)[kQueriesPerWg / 2]) {
-    if constexpr (kKvInRegs) {
-      keys_times_queries_t_rs(s, k_frag, stage_q(step));
-      keys_times_queries_t_rs(dp, v_frag, stage_q(step) + L::kTileQ);
-    } else {
-      keys_times_queries_t(s, sK, stage_q(step));
-      keys_times_queries_t(dp, sV, stage_q(step) + L::kTileQ);
-    }
+    keys_times_queries_t(s, sK, k_frag, stage_q(step));
+    keys_times_queries_t(dp, sV, v_frag, stage_q(step) + L::kTileQ);
   };
 
   // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (overlapped order and kSplitD).
@@ -678,14 +623,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     //   barrier | Sᵀ/dPᵀ(i), dV/dK/dQᵀ(i−1) | wait Sᵀ/dPᵀ | element-wise(i) | wait | stage dQ(i−1)
     // (the barrier: both warpgroups' Pᵀ / dSᵀ tiles of step i−1 are written).
     // with a third Q/dO stage and second Pᵀ / dSᵀ tiles (step i−1's are still being read).
-    // dV / dK read step i−1's Pᵀ and dSᵀ from shared memory, or (kGradsInRegs) from
-    // pf_prev / df_prev, which nothing writes until the wait after the element-wise phase
-    // (ptxas serialises register-A products whose registers it cannot prove untouched; it
-    // reported nothing here). Step 0 and the last products are peeled off, so every
-    // product is issued and waited for on one path.
+    // dV / dK read step i−1's Pᵀ and dSᵀ from shared memory, or (kGradsInRegs; only dSᵀ
+    // then goes to a tile, for dQᵀ) from pf_prev / df_prev, which nothing writes until the
+    // wait after the element-wise phase (ptxas serialises register-A products whose registers
+    // it cannot prove untouched; it reported nothing here). Step 0 and the last products are
+    // peeled off, so every product is issued and waited for on one path.
     Tile prev = first;
-    // kGradsInRegs: step i−1's Pᵀ / dSᵀ as register A fragments of its dV / dK products
-    // (only dSᵀ goes to a shared tile, for dQᵀ).
     uint32_t pf_prev[kGradsInRegs ? KS : 1][4], df_prev[kGradsInRegs ? KS : 1][4];
     const auto keep_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
                                 const float(&dst)[kQueriesPerWg / 2]) {
@@ -733,14 +676,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
       scores_to_grads(cur, s, dp, s, dp);
-      if constexpr (kGradsInRegs) {
-        wgmma_wait<0>();  // step − 1's dV / dK have read pf_prev / df_prev
-        keep_grads(step, s, dp);
-      } else {
-        store_grads(step, s, dp);
-        wgmma_wait<0>();
-      }
-      if (!inline_loads) release_stage(step - 1);  // its dV / dK products are done
+      if constexpr (kGradsInRegs) wgmma_wait<0>();  // dV / dK(i−1) have read pf_prev / df_prev
+      keep_grads(step, s, dp);
+      if constexpr (!kGradsInRegs) wgmma_wait<0>();  // the tiles' stores overlapped them
+      if (!inline_loads) release_stage(step - 1);    // its dV / dK products are done
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(prev, dq);
