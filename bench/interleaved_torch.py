@@ -27,6 +27,7 @@ the run (median of samples every ~0.2 s): under sustained load the board can rea
 limit, and then the clock, and with it the speed, depends on each kernel's energy per FLOP.
 """
 import argparse
+import itertools
 import statistics
 import subprocess
 import threading
@@ -34,14 +35,11 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
 import flashattn
-
-DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
-TORCH_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                  "efficient": SDPBackend.EFFICIENT_ATTENTION}
-FA_TOKENS, FA_MODEL_WIDTH, BACKWARD_WORK = 16384, 2048, 2.5
+# The shapes, dtypes, torch backends and FLOP count of the separate-process comparison.
+from compare_torch import DTYPES, FA_MODEL_WIDTH, FA_TOKENS, TORCH_GPU_BACKENDS, flops
 
 
 def ms_per_call(fn, iters):
@@ -68,14 +66,14 @@ def problem_calls(args, dtype, d, s, causal):
         calls["ours"] = lambda: flashattn.attention_backward(q, k, v, o, g, lse, causal=causal,
                                                              backend="cuda", deterministic=det)
         for name in args.torch:
-            with sdpa_kernel([TORCH_BACKENDS[name]]):
+            with sdpa_kernel([TORCH_GPU_BACKENDS[name]]):
                 ot = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             calls[name] = (lambda ot=ot: torch.autograd.grad(ot, (qt, kt, vt), gt, retain_graph=True))
     else:
         calls["ours"] = lambda: flashattn.attention(q, k, v, causal=causal, backend="cuda")
         for name in args.torch:
             def call(name=name):
-                with sdpa_kernel([TORCH_BACKENDS[name]]):
+                with sdpa_kernel([TORCH_GPU_BACKENDS[name]]):
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             calls[name] = call
     return calls, b, h
@@ -124,13 +122,32 @@ def sustained(calls, names, seconds):
     return out
 
 
+def interleaved_row(args, names, calls):
+    """Seconds per call of each library (median over the rounds), the ours/torch cells
+    (median per-round ratio and range) and the max-diff cell."""
+    ref_name, diff = max_difference(calls)
+    for fn in calls.values():  # warm-up
+        fn()
+    times = {n: [] for n in names}
+    for r in range(args.rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times[n].append(ms_per_call(calls[n], args.iters))
+    ratios = []
+    for n in args.torch:
+        per_round = [a / o for a, o in zip(times[n], times["ours"])]
+        ratios.append(f"{statistics.median(per_round):.2f} "
+                      f"({min(per_round):.2f}-{max(per_round):.2f})")
+    return {n: statistics.median(t) / 1e3 for n, t in times.items()}, ratios, \
+        f"{diff:.1e} vs {ref_name}"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dtype", nargs="+", default=["bf16"], choices=DTYPES)
+    p.add_argument("--dtype", nargs="+", default=["bf16"], choices=["f16", "bf16"])
     p.add_argument("--head-dim", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--seqlen", type=int, nargs="+", default=[1024, 4096, 16384])
     p.add_argument("--causal", default="both", choices=["yes", "no", "both"])
-    p.add_argument("--torch", nargs="+", default=["flash", "cudnn"], choices=TORCH_BACKENDS)
+    p.add_argument("--torch", nargs="+", default=["flash", "cudnn"], choices=TORCH_GPU_BACKENDS)
     p.add_argument("--backward", action="store_true")
     p.add_argument("--atomic", action="store_true", help="ours with unordered atomic dQ adds")
     p.add_argument("--rounds", type=int, default=5)
@@ -146,51 +163,24 @@ def main():
     if args.sustained > 0:
         print("| dtype | D | S | causal | " + " | ".join(f"{n} TF/s, MHz, W" for n in names) + " |")
         print("|" + "---|" * (4 + len(names)))
-        for dtype in args.dtype:
-            for d in args.head_dim:
-                for s in args.seqlen:
-                    for causal in masks:
-                        calls, b, h = problem_calls(args, dtype, d, s, causal)
-                        work = 4.0 * b * h * s * s * d / (2 if causal else 1)
-                        work *= BACKWARD_WORK if args.backward else 1.0
-                        res = sustained(calls, names, args.sustained)
-                        cells = " | ".join(f"{work * res[n][0] / 1e12:.0f}, {res[n][1]:.0f}, "
-                                           f"{res[n][2]:.0f}" for n in names)
-                        print(f"| {dtype} | {d} | {s} | {'yes' if causal else 'no'} | {cells} |",
-                              flush=True)
-                        del calls
-                        torch.cuda.empty_cache()
-        return
-    head = " | ".join(f"{n} TF/s" for n in names)
-    ratios = " | ".join(f"ours/{n}" for n in args.torch)
-    print(f"| dtype | D | S | causal | {head} | {ratios} | max diff |")
-    print("|" + "---|" * (5 + len(names) + len(args.torch)))
-    for dtype in args.dtype:
-        for d in args.head_dim:
-            for s in args.seqlen:
-                for causal in masks:
-                    calls, b, h = problem_calls(args, dtype, d, s, causal)
-                    ref_name, diff = max_difference(calls)
-                    for fn in calls.values():  # warm-up
-                        fn()
-                    times = {n: [] for n in names}
-                    for r in range(args.rounds):
-                        order = names[r % len(names):] + names[:r % len(names)]
-                        for n in order:
-                            times[n].append(ms_per_call(calls[n], args.iters))
-                    work = 4.0 * b * h * s * s * d / (2 if causal else 1)
-                    work *= BACKWARD_WORK if args.backward else 1.0
-                    tf = {n: work / statistics.median(t) / 1e9 for n, t in times.items()}
-                    cells = " | ".join(f"{tf[n]:.0f}" for n in names)
-                    rcells = []
-                    for n in args.torch:
-                        per_round = [a / o for a, o in zip(times[n], times["ours"])]
-                        rcells.append(f"{statistics.median(per_round):.2f} "
-                                      f"({min(per_round):.2f}-{max(per_round):.2f})")
-                    print(f"| {dtype} | {d} | {s} | {'yes' if causal else 'no'} | {cells} | "
-                          f"{' | '.join(rcells)} | {diff:.1e} vs {ref_name} |", flush=True)
-                    del calls
-                    torch.cuda.empty_cache()
+    else:
+        print(f"| dtype | D | S | causal | {' | '.join(f'{n} TF/s' for n in names)} | "
+              f"{' | '.join(f'ours/{n}' for n in args.torch)} | max diff |")
+        print("|" + "---|" * (5 + len(names) + len(args.torch)))
+    for dtype, d, s, causal in itertools.product(args.dtype, args.head_dim, args.seqlen, masks):
+        calls, b, h = problem_calls(args, dtype, d, s, causal)
+        work = flops(b, h, s, d, causal, args.backward)
+        if args.sustained > 0:
+            res = sustained(calls, names, args.sustained)
+            cells = [f"{work * res[n][0] / 1e12:.0f}, {res[n][1]:.0f}, {res[n][2]:.0f}"
+                     for n in names]
+        else:
+            seconds, ratios, diff = interleaved_row(args, names, calls)
+            cells = [f"{work / seconds[n] / 1e12:.0f}" for n in names] + ratios + [diff]
+        print(f"| {dtype} | {d} | {s} | {'yes' if causal else 'no'} | {' | '.join(cells)} |",
+              flush=True)
+        del calls
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
