@@ -2,6 +2,7 @@
 // FLASH_LOG output. Never a silent fallback.
 #include <gtest/gtest.h>
 
+#include "dispatch/env_switch.hpp"
 #include "support/cases.hpp"
 #include "support/targets.hpp"
 
@@ -147,6 +148,38 @@ TEST(Explain, ReportsTheBackendAndKernelWithoutRunning) {
   EXPECT_NE(plan.reason.find("desc.backend=reference"), std::string::npos) << plan.reason;
   d.head_dim = 0;
   EXPECT_THROW(explain(d), Error);
+}
+
+// The backends' A/B knobs (FLASH_CUDA_FWD_BLOCKS, FLASH_CPU_MIN_ITEMS, FLASH_CUDA_FWD=...):
+// unset or empty is the default; any value outside the allowed ones is an Error naming the
+// variable and the value, never a silent default (README: "A/B and tuning switches").
+TEST(EnvKnobs, ValuesOutsideTheAllowedOnesAreErrors) {
+  const char* name = "FLASH_TEST_KNOB";
+  {
+    ScopedEnv unset(name, nullptr);
+    EXPECT_EQ(detail::env_positive_int(name), 0);
+    EXPECT_EQ(detail::env_switch(name, {"0", "1"}), "");
+  }
+  {
+    ScopedEnv empty(name, "");
+    EXPECT_EQ(detail::env_positive_int(name), 0);
+  }
+  {
+    ScopedEnv two(name, "2");
+    EXPECT_EQ(detail::env_positive_int(name), 2);
+    EXPECT_THROW(detail::env_switch(name, {"0", "1"}), Error);
+  }
+  for (const char* bad : {"0", "-3", "0x10", " 4", "12a", "1234567890"}) {
+    ScopedEnv env(name, bad);
+    try {
+      detail::env_positive_int(name);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace

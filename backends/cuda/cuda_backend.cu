@@ -84,6 +84,13 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 bool fwd_wgmma_persistent() {
   return flash::detail::env_switch("FLASH_CUDA_FWD_PERSISTENT", {"0", "1"}) != "0";
 }
+// Blocks of the persistent grid: one per SM, or fewer with FLASH_CUDA_FWD_BLOCKS=<n> (tests:
+// on a grid of two blocks every block runs many work tiles, so small problems cross the
+// hand-over from one tile to the next: Q reloaded, the K/V ring continuing).
+int fwd_persistent_blocks(int sms) {
+  const long long cap = flash::detail::env_positive_int("FLASH_CUDA_FWD_BLOCKS");
+  return cap > 0 && cap < sms ? static_cast<int>(cap) : sms;
+}
 
 // K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
 // (work_tile_order.cuh's sections): 1 / kFwdL2SectionShare of the L2, the rest left to
@@ -553,7 +560,7 @@ struct CudaBackend {
     if (f.wgmma && fwd_wgmma_persistent()) {
       tile_counter = lock_device_buffer(stream, BufferPurpose::counters, 2 * sizeof(int));
       f.tile_counter = static_cast<int*>(tile_counter.ptr);
-      f.persistent_blocks = device.sms;
+      f.persistent_blocks = fwd_persistent_blocks(device.sms);
     }
     // Packed batches: the tensor maps that the device completes (held until enqueued).
     LockedBuffer packed_maps;
