@@ -40,6 +40,10 @@
 // causal 1.08 / 1.10. H200, session 18 (tree row max, D 256 on 80-key tiles, idle consumers
 // of a partial last block), bf16 4k / 16k: D 64 1.06 / 1.04, causal 0.98 / 1.02; D 128 1.01 /
 // 0.93, causal 0.98 / 1.00; D 256 1.03 / 0.97, causal 1.11 / 1.06 of cuDNN (bench/RESULTS.md).
+// H200, session 20, interleaved with torch in one process (bench/interleaved_torch.py), bf16
+// 4k / 16k: D 64 1.01 / 1.07, causal 0.90 / 1.06; D 128 0.95 / 0.96, causal 0.95 / 1.05;
+// D 256 0.98 / 1.05, causal 1.01 / 1.18. (Carrying a tile's last P·V into the next tile
+// measured 1-8 % slower, session 20.)
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
