@@ -23,7 +23,7 @@ namespace flash::cuda {
 // A spin limit traps instead of hanging if that ever fails.
 // The counter is read one step ahead (load_counter, relaxed: nothing waits on it until it
 // is compared), so the common case costs no round trip. Ordering of the adds themselves:
-// the releasing block increments only after its add has completed (bulk wait_group), and
+// the releasing block increments only after its add has completed (bulk_wait_all), and
 // both adds are reductions performed in L2, so an add issued after the counter was seen
 // lands after the add it waited for; the proxy fences order the counter accesses
 // (generic proxy) with the bulk adds (async proxy).
@@ -44,10 +44,6 @@ __device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned v
 __device__ __forceinline__ void release_counter(unsigned* counter) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the completed bulk add first
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_complete() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 }  // namespace flash::cuda

@@ -572,7 +572,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         bulk_wait_read<0>();
         mbar_arrive(dq_empty(st));
         if (p.dq_ordered) {
-          bulk_wait_complete<0>();
+          bulk_wait_all();
           release_counter(counter);
         }
       }
