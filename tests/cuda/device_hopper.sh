@@ -6,7 +6,7 @@
 # torch (decode: compare_torch.py --decode, which also checks each problem against the
 # reference: slow at 128k keys), ncu of the decode kernels, sanitizers on a reduced grid.
 # Each step has a time limit (a pipeline deadlock must not eat the call). Logs under $OUT.
-# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics ptxas sass ab torch varlen decodebench decodeab decodetrace ncu ncufwd decode sanitize" \
+# Usage (device, repo root, carry .carry): STEPS="build abbuild suite numerics ptxas sass ab torch varlen decodebench decodeab decodetrace ncu ncufwd ncupeer decode sanitize" \
 #   bash tests/cuda/device_hopper.sh
 set -uo pipefail
 OUT=${OUT:-out}
@@ -235,6 +235,29 @@ PY
   ncu --import "$rep.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$OUT/ncufwd-sass.csv.gz"
   echo "sass csv: $(zcat "$OUT/ncufwd-sass.csv.gz" | wc -l) lines"
   rm -f "$rep.ncu-rep"
+fi
+# ncupeer: the same counters for torch SDPA's cuDNN kernels and ours (D = NCU_DIM, S =
+# NCU_S, bf16, non-causal, forward and backward; one launch each at ncu's default clocks):
+# duration, tensor pipe, instructions and the stall reasons per issued instruction.
+if has ncupeer; then
+  m="gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
+  for r in barrier long_scoreboard short_scoreboard wait mio_throttle math_pipe_throttle dispatch_stall; do
+    m="$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  d=${NCU_DIM:-128} s=${NCU_S:-4096}
+  timeout 120 ncu --target-processes all -k regex:flash_fprop --launch-skip 2 --launch-count 1 --metrics "$m" \
+    python3 tests/cuda/peer_sdpa_run.py --head-dim $d --seqlen $s > "$OUT/ncupeer-cudnn-fwd.log" 2>&1
+  timeout 120 ncu --target-processes all -k regex:flash_bprop --launch-skip 2 --launch-count 1 --metrics "$m" \
+    python3 tests/cuda/peer_sdpa_run.py --head-dim $d --seqlen $s --backward > "$OUT/ncupeer-cudnn-bwd.log" 2>&1
+  timeout 120 ncu -k regex:fwd_wgmma --launch-skip 3 --launch-count 1 --metrics "$m" \
+    $b/tests/cuda/cuda_module_bench "$mod" --dims $d --seqlens $s --iters 1 > "$OUT/ncupeer-ours-fwd.log" 2>&1
+  timeout 120 ncu -k regex:bwd_wgmma --launch-skip 3 --launch-count 1 --metrics "$m" \
+    $b/tests/cuda/cuda_backward_bench "$mod" --dims $d --seqlens $s --iters 1 > "$OUT/ncupeer-ours-bwd.log" 2>&1
+  for f in cudnn-fwd ours-fwd cudnn-bwd ours-bwd; do
+    echo "ncupeer $f:"
+    grep -E "gpu__time|tensor_op|inst_executed|stalled" "$OUT/ncupeer-$f.log" |
+      sed 's/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//;s/  */ /g'
+  done
 fi
 # Decode: ours (contiguous and paged, beside the device copy) and torch SDPA flash /
 # cuDNN in one table (bench/compare_torch.py --decode).
