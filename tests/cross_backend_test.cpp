@@ -84,17 +84,25 @@ TEST_P(Forward, MatchesReference) {
   const auto& [target, index, dtype] = GetParam();
   if (!target.available) GTEST_SKIP() << target.label << " unavailable: " << target.reason;
   const Prepared& in = prepare(forward_cases()[index], dtype, false);
-  // cuda runs each case twice: on its default grid and on a persistent grid of two blocks,
-  // where every block runs many work tiles (on one block per SM these small problems give
-  // a block one tile: the Hopper forward's hand-over from one tile to the next, the Q
-  // reload and the K/V ring continuing across tiles, would go untested). Other backends
-  // ignore the variable.
-  const std::vector<const char*> grids = target.backend == Backend::cuda
-                                             ? std::vector<const char*>{nullptr, "2"}
-                                             : std::vector<const char*>{nullptr};
-  for (const char* blocks : grids) {
-    SCOPED_TRACE(blocks ? "FLASH_CUDA_FWD_BLOCKS=2" : "default grid");
-    ScopedEnv grid("FLASH_CUDA_FWD_BLOCKS", blocks);
+  // cuda runs each case three times: on its default grid, and on a persistent grid of two
+  // blocks, where every block runs many work tiles (on one block per SM these small
+  // problems give a block one tile: the Hopper forward's hand-over from one tile to the
+  // next, the Q reload and the K/V ring continuing across tiles, would go untested), once
+  // with the banded-mask tile off and once forced on (FLASH_CUDA_FWD_BAND_TILE), so that
+  // causal / window cases at D 128 cross tile boundaries on both Hopper tiles. Other
+  // backends ignore the variables.
+  struct Run {
+    const char *blocks, *band_tile;
+  };
+  const std::vector<Run> runs = target.backend == Backend::cuda
+                                    ? std::vector<Run>{{nullptr, nullptr}, {"2", "0"}, {"2", "1"}}
+                                    : std::vector<Run>{{nullptr, nullptr}};
+  for (const Run& run : runs) {
+    SCOPED_TRACE(run.blocks ? std::string("FLASH_CUDA_FWD_BLOCKS=2 FLASH_CUDA_FWD_BAND_TILE=") +
+                                  run.band_tile
+                            : std::string("default grid"));
+    ScopedEnv grid("FLASH_CUDA_FWD_BLOCKS", run.blocks);
+    ScopedEnv band_tile("FLASH_CUDA_FWD_BAND_TILE", run.band_tile);
     HostTensor o = in.o;  // a fresh output buffer with the case's layout
     o.poison();
     std::vector<float> lse =
@@ -111,7 +119,7 @@ TEST_P(Forward, MatchesReference) {
     const Verdict vl = compare("lse", got_lse, in.ref.lse, in.naive.lse, DType::f32);
     EXPECT_TRUE(vl.pass) << vl.detail;
     EXPECT_TRUE(o.padding_untouched()) << "the backend wrote outside the o view";
-    if (blocks == nullptr) RecordProperty("share_of_tolerance_o", std::to_string(vo.share()));
+    if (run.blocks == nullptr) RecordProperty("share_of_tolerance_o", std::to_string(vo.share()));
   }
 }
 

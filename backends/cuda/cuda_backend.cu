@@ -112,6 +112,17 @@ bool fwd_lpt_tail() {
   return flash::detail::env_switch("FLASH_CUDA_FWD_LPT_TAIL", {"0", "1"}) != "0";
 }
 
+// Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp): a
+// banded mask (causal, windows) at tile dim 128 with at most kFwdBandTileMaxKeys keys.
+// FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off / on for every banded mask at that dim (tests
+// run both tiles; A/B).
+bool fwd_band_tile(const flash_problem& p, bool wgmma) {
+  const std::string forced = flash::detail::env_switch("FLASH_CUDA_FWD_BAND_TILE", {"0", "1"});
+  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  if (!wgmma || !banded || wgmma_tile_dim(p) != 128 || forced == "0") return false;
+  return forced == "1" || p.seqlen_kv <= kFwdBandTileMaxKeys;
+}
+
 // Every switch environment variable checked on every call (choose() runs first in
 // forward / backward / merge), whichever kernel the call takes: a bad value fails even
 // where its knob does not apply, and before any work is queued.
@@ -121,6 +132,7 @@ void validate_switches() {
   (void)fwd_wgmma_persistent();
   (void)fwd_l2_section_bytes(0);
   (void)fwd_lpt_tail();
+  (void)fwd_band_tile(flash_problem{}, false);
   (void)decode_cluster_mode();
 }
 
@@ -128,10 +140,11 @@ std::string fwd_config_name(const flash_problem& p, bool wgmma) {
   const int dim = fwd_tile_dim(p, wgmma);
   std::string name;
   if (wgmma)
-    name = dim == 64    ? FwdWgmmaConfig<64>::kName
-           : dim == 128 ? FwdWgmmaConfig<128>::kName
-           : dim == 192 ? FwdWgmmaConfig<192>::kName
-                        : FwdWgmmaConfig<256>::kName;
+    name = dim == 64                 ? FwdWgmmaConfig<64>::kName
+           : fwd_band_tile(p, wgmma) ? FwdWgmmaBandConfig<128>::kName
+           : dim == 128              ? FwdWgmmaConfig<128>::kName
+           : dim == 192              ? FwdWgmmaConfig<192>::kName
+                                     : FwdWgmmaConfig<256>::kName;
   else
     switch (dim) {
 #define CASE(D)                                                                 \
@@ -161,7 +174,8 @@ int fwd_smem_bytes(const flash_problem& p, bool wgmma) {
       case 64:
         return FwdWgmmaDerived<FwdWgmmaConfig<64>>::kSmemBytes;
       case 128:
-        return FwdWgmmaDerived<FwdWgmmaConfig<128>>::kSmemBytes;
+        return fwd_band_tile(p, wgmma) ? FwdWgmmaDerived<FwdWgmmaBandConfig<128>>::kSmemBytes
+                                       : FwdWgmmaDerived<FwdWgmmaConfig<128>>::kSmemBytes;
       case 192:
         return FwdWgmmaDerived<FwdWgmmaConfig<192>>::kSmemBytes;
       default:
@@ -554,6 +568,7 @@ struct CudaBackend {
       return;
     }
     f.wgmma = fwd_wgmma_usable(p, device.major, device.minor);
+    f.band_tile = fwd_band_tile(p, f.wgmma);
     const int dim = fwd_tile_dim(p, f.wgmma);
     // The persistent Hopper forward's tile counter (held until the launch is enqueued).
     LockedBuffer tile_counter;

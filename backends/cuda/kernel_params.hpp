@@ -41,7 +41,8 @@ struct FwdParams {
   const int* cu_seqlens_kv;
   const int* seqlens_kv;
   int num_seqs;
-  bool wgmma;  // the Hopper forward (fwd_wgmma_kernel.cuh), chosen by choose()
+  bool wgmma;      // the Hopper forward (fwd_wgmma_kernel.cuh), chosen by choose()
+  bool band_tile;  // on it, FwdWgmmaBandConfig's tile (banded masks, few keys), by choose()
   // Its persistent grid: two ints of the per-stream counter buffer (zero between
   // launches) and the blocks to launch (one per SM); null: one block per work tile.
   int* tile_counter;

@@ -114,9 +114,9 @@ struct FwdPairDerived {
 // per K/V tile amortise its loads), two above.
 template <int kDim>
 struct FwdWgmmaConfig;
-#define FLASH_FWD_WGMMA_CONFIG(D, BN, ST, WG)                                             \
+#define FLASH_FWD_WGMMA_CONFIG(TEMPLATE, D, BN, ST, WG)                                   \
   template <>                                                                             \
-  struct FwdWgmmaConfig<D> {                                                              \
+  struct TEMPLATE<D> {                                                                    \
     static constexpr int kDim = D, kBlockN = BN, kStages = ST, kConsumers = WG;           \
     static constexpr const char* kName = "wgmma_fwd_d" #D "_q" #WG "x64_kv" #BN "_s" #ST; \
   };
@@ -163,12 +163,22 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_TUNE_192
 #define FLASH_FWD_WGMMA_TUNE_192 112, 2, 2
 #endif
-#define FLASH_FWD_WGMMA_CONFIG_X(D, ...) FLASH_FWD_WGMMA_CONFIG(D, __VA_ARGS__)
+#define FLASH_FWD_WGMMA_CONFIG_X(D, ...) FLASH_FWD_WGMMA_CONFIG(FwdWgmmaConfig, D, __VA_ARGS__)
 FLASH_FWD_WGMMA_CONFIG_X(64, FLASH_FWD_WGMMA_TUNE_64)
 FLASH_FWD_WGMMA_CONFIG_X(128, FLASH_FWD_WGMMA_TUNE_128)
 FLASH_FWD_WGMMA_CONFIG_X(192, FLASH_FWD_WGMMA_TUNE_192)
 FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 #undef FLASH_FWD_WGMMA_CONFIG_X
+// Banded masks (causal, windows) at D = 128 whose keys are few: 128-key tiles, three
+// stages (FlashAttention-3's causal tile; cuDNN's D 128 forward kernel, named "64x128x128",
+// takes 232 KB of shared memory, which fits this shape).
+// Against the 176-key tile (bench/RESULTS.md, session 21, H200, bf16): causal +8 % at 1k,
+// +5 % at 2k and 4k, equal at 8k, -1 % at 16k; non-causal -3 % at 1k-2k, so banded only,
+// up to kFwdBandTileMaxKeys keys (cuda_backend.cu's fwd_band_tile decides).
+template <int kDim>
+struct FwdWgmmaBandConfig;
+FLASH_FWD_WGMMA_CONFIG(FwdWgmmaBandConfig, 128, 128, 3, 2)
+constexpr int kFwdBandTileMaxKeys = 8192;
 #undef FLASH_FWD_WGMMA_CONFIG
 
 template <class C>

@@ -47,6 +47,9 @@ const std::vector<Case>& forward_cases() {
       {"s100_d200_padded", 2, 100, 100, 2, 1, 200, 200, false, -1, -1, 0, 0, Layout::padded},
       {"s77_d248_dv200_causal", 1, 77, 77, 2, 2, 248, 200, true},
       {"s113_d48_dv80", 1, 113, 113, 2, 2, 48, 80},
+      // D 128 causal with GQA, rows that see no key and several K/V tiles a row block (the
+      // banded-mask Hopper tile's three-stage ring across work tiles, cuda_backend.cu).
+      {"s300x170_d128_gqa4_causal", 2, 300, 170, 8, 2, 128, 128, true},
   };
   return cases;
 }
