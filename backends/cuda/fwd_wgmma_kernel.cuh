@@ -44,7 +44,8 @@
 // 4k / 16k: D 64 1.01 / 1.07, causal 0.90 / 1.06; D 128 0.95 / 0.96, causal 0.95 / 1.05;
 // D 256 0.98 / 1.05, causal 1.01 / 1.18. (Carrying a tile's last P·V into the next tile
 // measured 1-8 % slower, session 20.) H200, session 21: causal D 128 on 128-key tiles x 3
-// stages (FwdWgmmaBandConfig, up to 8192 keys) +8 / +5 / +5 % at 1k / 2k / 4k over 176 keys.
+// stages (FwdWgmmaBandConfig, up to 4096 keys): 0.78 / 0.90 / 0.98 of cuDNN at 1k / 2k / 4k,
+// interleaved (176-key tiles: 0.73 / 0.87 / 0.96).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once

@@ -172,13 +172,14 @@ FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 // Banded masks (causal, windows) at D = 128 whose keys are few: 128-key tiles, three
 // stages (FlashAttention-3's causal tile; cuDNN's D 128 forward kernel, named "64x128x128",
 // takes 232 KB of shared memory, which fits this shape).
-// Against the 176-key tile (bench/RESULTS.md, session 21, H200, bf16): causal +8 % at 1k,
-// +5 % at 2k and 4k, equal at 8k, -1 % at 16k; non-causal -3 % at 1k-2k, so banded only,
-// up to kFwdBandTileMaxKeys keys (cuda_backend.cu's fwd_band_tile decides).
+// Against the 176-key tile (bench/RESULTS.md, session 21, H200, bf16, interleaved with
+// cuDNN): causal 0.78 / 0.90 / 0.98 of cuDNN at 1k / 2k / 4k (was 0.73 / 0.87 / 0.96), -1 %
+// at 8k and 16k; non-causal -3 % at 1k-2k: so banded masks only, up to kFwdBandTileMaxKeys
+// keys (cuda_backend.cu's fwd_band_tile decides).
 template <int kDim>
 struct FwdWgmmaBandConfig;
 FLASH_FWD_WGMMA_CONFIG(FwdWgmmaBandConfig, 128, 128, 3, 2)
-constexpr int kFwdBandTileMaxKeys = 8192;
+constexpr int kFwdBandTileMaxKeys = 4096;
 #undef FLASH_FWD_WGMMA_CONFIG
 
 template <class C>
