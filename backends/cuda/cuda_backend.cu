@@ -112,14 +112,18 @@ bool fwd_lpt_tail() {
   return flash::detail::env_switch("FLASH_CUDA_FWD_LPT_TAIL", {"0", "1"}) != "0";
 }
 
+// Whether a causal mask or a window bounds the keys a row sees (MaskParams::bounded).
+bool mask_bounded(const flash_problem& p) {
+  return p.causal || p.window_left >= 0 || p.window_right >= 0;
+}
+
 // Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp): a
 // banded mask (causal, windows) at tile dim 128 with at most kFwdBandTileMaxKeys keys.
 // FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off / on for every banded mask at that dim (tests
 // run both tiles; A/B).
 bool fwd_band_tile(const flash_problem& p, bool wgmma) {
   const std::string forced = flash::detail::env_switch("FLASH_CUDA_FWD_BAND_TILE", {"0", "1"});
-  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  if (!wgmma || !banded || wgmma_tile_dim(p) != 128 || forced == "0") return false;
+  if (!wgmma || !mask_bounded(p) || wgmma_tile_dim(p) != 128 || forced == "0") return false;
   return forced == "1" || p.seqlen_kv <= kFwdBandTileMaxKeys;
 }
 
@@ -268,7 +272,7 @@ MaskParams make_mask(const flash_problem& p) {
   };
   m.left = clamp(p.window_left);
   m.right = p.causal ? 0 : clamp(p.window_right);
-  m.bounded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  m.bounded = mask_bounded(p);
   return m;
 }
 
