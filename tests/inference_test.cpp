@@ -401,6 +401,100 @@ TEST_P(Inference, PagedCaches) {
     }
 }
 
+// Paged caches under prefill-sized queries (chunked prefill: seqlen_q x group above the
+// decode kernel's 64 rows): cuda's Hopper forward takes pages of whole 8-row boxes (its
+// choose() is asserted to name it), the decode kernel the rest (page 7). Dense and packed
+// queries, cache lengths with partly filled last pages, a sequence of one key (causal
+// rows that see none), GQA 4, every tile width of the Hopper forward. Every K / V row no
+// sequence uses (spare pages, rows past a length) holds NaN, and table entries past a
+// sequence's last page are garbage (-1, out of range): a read of any of them reaches o.
+// cuda runs each problem twice more on a grid of two blocks (a block then crosses work
+// tiles and sequences with its paged producer), the second time with the band tile off
+// (at D 128 the 176-key tile, whose boxes are at most 16 rows, instead of the 128-key one).
+TEST_P(Inference, PagedPrefill) {
+  const int32_t n = kSanitized ? 200 : 520;  // the longest cache
+  const std::vector<int32_t> lens = {n, 77, 1, n * 7 / 10 + 3};
+  const std::vector<int32_t> lq = {n / 2, 77, 70, 0};  // packed queries
+  const auto cu_q = offsets(lq);
+  struct Case {
+    DType dtype;
+    int64_t dim, page;
+    const char* variant;  // plain, causal, window, softcap
+    bool packed_q;
+  };
+  const Backend backend = GetParam().backend;
+  const bool gpu = backend == Backend::cuda || backend == Backend::hip;
+  bool sm90a = false;
+  for (const BackendInfo& b : backends())
+    sm90a |= backend == Backend::cuda && b.backend == Backend::cuda &&
+             b.detail.find("sm_90a kernels") != std::string::npos;
+  const char* forced = std::getenv("FLASH_CUDA_FWD");
+  sm90a &= !(forced && std::string(forced) == "mma");
+  for (const Case c :
+       {Case{DType::bf16, 64, 8, "causal", false}, Case{DType::bf16, 64, 16, "causal", true},
+        Case{DType::f16, 64, 64, "window", true}, Case{DType::bf16, 64, 256, "softcap", false},
+        Case{DType::bf16, 64, 7, "causal", true}, Case{DType::f32, 64, 16, "causal", false},
+        Case{DType::bf16, 128, 16, "plain", true}, Case{DType::f16, 128, 64, "causal", false},
+        Case{DType::bf16, 256, 64, "causal", true}}) {
+    if (c.dim != 64 && !gpu) continue;  // as PackedBatches: the oracle's cost on cpu targets
+    AttentionDesc d = base(c.dtype, 8, 2, c.dim);
+    d.batch = 4;
+    d.seqlen_q = c.packed_q ? n / 2 : 96;
+    if (c.packed_q) d.cu_seqlens_q = cu_q.data();
+    d.seqlen_kv = n;
+    d.seqlens_kv = lens.data();
+    const std::string variant = c.variant;
+    d.causal = variant == "causal" || variant == "softcap";
+    if (variant == "window") d.window_left = 40, d.window_right = 7;
+    if (variant == "softcap") d.softcap = 20.f;
+    d.page_size = c.page;
+    d.pages_per_seq = (n + c.page - 1) / c.page;
+    d.num_pages = d.batch * d.pages_per_seq + 3;  // spare pages nobody uses
+    std::vector<int32_t> table(static_cast<size_t>(d.batch * d.pages_per_seq));
+    std::iota(table.begin(), table.end(), 3);
+    std::mt19937_64 rng(7);
+    std::shuffle(table.begin(), table.end(), rng);
+    for (int64_t b = 0; b < d.batch; ++b)
+      for (int64_t j = (lens[b] + c.page - 1) / c.page; j < d.pages_per_seq; ++j)
+        table[b * d.pages_per_seq + j] = j % 2 ? -1 : static_cast<int32_t>(d.num_pages + j);
+    d.block_table = table.data();
+    const std::string what = std::string("paged prefill ") + c.variant +
+                             (c.packed_q ? " packed q" : "") + " D " + std::to_string(c.dim) +
+                             " page " + std::to_string(c.page);
+    if (sm90a && c.dtype != DType::f32) {
+      d.backend = Backend::cuda;
+      const std::string kernel = explain(d).kernel;
+      const bool boxes = c.page % 8 == 0;
+      EXPECT_NE(kernel.find(boxes ? "wgmma_fwd" : "decode_mma"), std::string::npos)
+          << what << ": " << kernel;
+      EXPECT_NE(kernel.find("paged(page " + std::to_string(c.page) + ")"), std::string::npos)
+          << what << ": " << kernel;
+    }
+    const int64_t rows_q = c.packed_q ? cu_q.back() : d.batch * d.seqlen_q;
+    Buffer q(c.dtype, rows_q * 8 * c.dim), k(c.dtype, d.num_pages * c.page * 2 * c.dim), v = k;
+    q.fill(rng);
+    k.fill(rng);
+    v.fill(rng);
+    std::vector<bool> used(static_cast<size_t>(d.num_pages * c.page), false);
+    for (int64_t b = 0; b < d.batch; ++b)
+      for (int64_t j = 0; j < lens[b]; ++j)
+        used[table[b * d.pages_per_seq + j / c.page] * c.page + j % c.page] = true;
+    for (int64_t row = 0; row < d.num_pages * c.page; ++row)
+      if (!used[row])
+        for (int64_t i = row * 2 * c.dim; i < (row + 1) * 2 * c.dim; ++i) {
+          k.set(i, NAN);
+          v.set(i, NAN);
+        }
+    check(d, q, k, v, false, what);
+    if (backend == Backend::cuda) {
+      ScopedEnv two_blocks("FLASH_CUDA_FWD_BLOCKS", "2");
+      check(d, q, k, v, false, what + " (2 blocks)");
+      ScopedEnv wide_tile("FLASH_CUDA_FWD_BAND_TILE", "0");  // D 128: 176-key tiles, 16-row boxes
+      check(d, q, k, v, false, what + " (2 blocks, band tile off)");
+    }
+  }
+}
+
 // One query token against a long cache (GQA 4:1), contiguous and paged (shuffled pages);
 // the paged problem runs twice on the same stream, so scratch counters a call leaves
 // dirty (the cuda decode's split counts) would fail the second. Under sanitizers

@@ -117,13 +117,26 @@ bool mask_bounded(const flash_problem& p) {
   return p.causal || p.window_left >= 0 || p.window_right >= 0;
 }
 
-// Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp): a
-// banded mask (causal, windows) at tile dim 128 with at most kFwdBandTileMaxKeys keys.
-// FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off / on for every banded mask at that dim (tests
-// run both tiles; A/B).
+// Whether a paged cache runs on the Hopper forward: more query rows (seqlen_q · group)
+// than the decode kernel takes, and pages of whole kPagedBoxRows-row boxes (the kernel's
+// page fields are ints). Any other paged cache runs on the decode kernel, which takes
+// every page size (page 1 included) but reads K/V once per 16 query rows.
+bool fwd_paged_wgmma(const flash_problem& p, bool wgmma) {
+  return wgmma && p.block_table != nullptr && p.page_size % kPagedBoxRows == 0 &&
+         p.page_size < INT32_MAX && p.pages_per_seq < INT32_MAX && p.num_pages < INT32_MAX &&
+         p.seqlen_q * (p.heads_q / p.heads_kv) > kDecodeMaxRows;
+}
+
+// Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp) at
+// tile dim 128: for a banded mask (causal, windows) with at most kFwdBandTileMaxKeys keys,
+// and for a paged cache (its K/V boxes may then be as wide as 128 rows; on 176-key tiles
+// at most 16). FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off for both / on for every banded
+// mask at that dim (tests run both tiles; A/B).
 bool fwd_band_tile(const flash_problem& p, bool wgmma) {
   const std::string forced = flash::detail::env_switch("FLASH_CUDA_FWD_BAND_TILE", {"0", "1"});
-  if (!wgmma || !mask_bounded(p) || wgmma_tile_dim(p) != 128 || forced == "0") return false;
+  if (!wgmma || wgmma_tile_dim(p) != 128 || forced == "0") return false;
+  if (fwd_paged_wgmma(p, wgmma)) return true;
+  if (!mask_bounded(p)) return false;
   return forced == "1" || p.seqlen_kv <= kFwdBandTileMaxKeys;
 }
 
@@ -170,6 +183,7 @@ std::string fwd_config_name(const flash_problem& p, bool wgmma) {
   std::string sequences;
   if (p.cu_seqlens_q || p.cu_seqlens_kv) sequences += " packed";
   if (p.seqlens_kv) sequences += " cache-lengths";
+  if (p.block_table) sequences += " paged(page " + std::to_string(p.page_size) + ")";
   return name + " " + dtype_name(p.dtype) + sequences + padding_note(p, dim);
 }
 
@@ -385,6 +399,12 @@ DecodeDevice decode_device(const DeviceInfo& d) {
   return DecodeDevice{d.device, d.major, d.minor, d.sms, d.smem_optin};
 }
 
+// The decode plan of a forward (use = false: the prefill kernels run it).
+DecodePlan forward_decode_plan(const flash_problem& p, const DeviceInfo& d) {
+  if (fwd_paged_wgmma(p, fwd_wgmma_usable(p, d.major, d.minor))) return DecodePlan{};
+  return decode_plan(p, decode_device(d));
+}
+
 std::string decode_name(const flash_problem& p, const DecodePlan& d) {
   std::string name = std::string(p.dtype == FLASH_F32 ? "decode_fma" : "decode_mma") + "_d" +
                      std::to_string(d.dim) + "_m" + std::to_string(d.rows) + "_w" +
@@ -469,7 +489,7 @@ struct CudaBackend {
       return Choice::run(name);
     }
     const DeviceInfo d = current_device();
-    if (const DecodePlan dec = decode_plan(p, decode_device(d)); dec.use) {
+    if (const DecodePlan dec = forward_decode_plan(p, d); dec.use) {
       if (static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
         return Choice::decline("cuda backend: decode grid too large: heads_kv = " +
                                std::to_string(p.heads_kv) + " x " + std::to_string(dec.row_chunks) +
@@ -529,7 +549,7 @@ struct CudaBackend {
     staging.commit();
     const int batch = static_cast<int>(p.batch);
     const DeviceInfo device = current_device();
-    if (const DecodePlan dec = decode_plan(p, decode_device(device)); dec.use) {
+    if (const DecodePlan dec = forward_decode_plan(p, device); dec.use) {
       DecodeParams dp{};
       dp.f = f;
       dp.block_table = block_table;
@@ -573,6 +593,15 @@ struct CudaBackend {
     }
     f.wgmma = fwd_wgmma_usable(p, device.major, device.minor);
     f.band_tile = fwd_band_tile(p, f.wgmma);
+    if (p.block_table) {  // forward_decode_plan gave it to the Hopper forward
+      if (!fwd_paged_wgmma(p, f.wgmma))
+        throw flash::detail::RuntimeFailure("cuda backend: internal: a paged cache reached " +
+                                            fwd_config_name(p, f.wgmma));
+      f.block_table = block_table;
+      f.page_size = static_cast<int>(p.page_size);
+      f.pages_per_seq = static_cast<int>(p.pages_per_seq);
+      f.num_pages = static_cast<int>(p.num_pages);
+    }
     const int dim = fwd_tile_dim(p, f.wgmma);
     // The persistent Hopper forward's tile counter (held until the launch is enqueued).
     LockedBuffer tile_counter;

@@ -1,7 +1,8 @@
 // Split-KV decode forward (flash-decoding) for few query rows against long, possibly
 // paged, KV caches: the f32 kernel (plain FMAs) and what both decode kernels share
 // (DecodeParams, the block epilogue, the split merge). choose() takes the decode path
-// when seqlen_q x (heads_q / heads_kv) <= kDecodeMaxRows and for every paged cache;
+// when seqlen_q x (heads_q / heads_kv) <= kDecodeMaxRows and for paged caches that the
+// Hopper forward does not take (cuda_backend.cu, fwd_paged_wgmma);
 // f16/bf16 run decode_mma_kernel.cuh.
 //
 // Algorithm. A block owns (split, kv head, row chunk, sequence): the keys of one split

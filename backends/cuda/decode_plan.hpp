@@ -15,7 +15,8 @@ struct DecodeDevice {
 };
 
 // The split-KV decode kernel's plan for a problem: chosen for every paged cache and
-// whenever seqlen_q · group <= kDecodeMaxRows (if its shared memory fits).
+// whenever seqlen_q · group <= kDecodeMaxRows (if its shared memory fits). (choose() gives
+// paged prefill to the Hopper forward where it takes it: cuda_backend.cu, fwd_paged_wgmma.)
 struct DecodePlan {
   bool use = false;
   int dim = 0, rows = 0, row_chunks = 0, splits = 1;

@@ -19,7 +19,10 @@
 // SM (an explicit ping-pong between them, named-barrier turns, measured neutral three times,
 // the last in session 18: bench/RESULTS.md).
 // O is divided by the row sum once at the end; lse = ln Σ exp is written when asked.
-// Tiles outside the causal / window band are never loaded.
+// Tiles outside the causal / window band are never loaded. Packed batches and cache
+// lengths narrow each work tile to its sequence (sequence.cuh); a paged cache (prefill
+// against a block table) has the producer warp load each K/V tile as kPagedBoxRows-row
+// boxes, lane l the box of rows 8l.. from its own page, the consumers unchanged.
 //
 // Tolerance class: f32 accumulation; P rounded to the input dtype before P·V (as the
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
@@ -99,6 +102,9 @@ struct FwdTmaParams {
   // Packed batches: q, k, v maps in global memory with the row extents of the packed
   // tensors (fwd_patch_packed_maps); null: the maps above.
   const CUtensorMap* packed_maps;
+  // Paged caches: rows of one K / V box (launch_fwd_wgmma: a power of two from
+  // kPagedBoxRows up that divides both the tile's keys and the page size).
+  int paged_box_rows;
 };
 
 static_assert(sizeof(CUtensorMap) == 128, "the packed maps buffer holds 3 x 128 bytes");
@@ -205,9 +211,14 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 
   const int wg = tid / 128;
   if (wg == 0) {
-    // ---- producer: one thread issues every copy ------------------------------------------
+    // ---- producer: one thread issues every copy (a paged cache: one warp) ----------------
     warpgroup_reg_dealloc<Dv::kProducerRegs>();
-    if (tid != 0) return;
+    // Paged K/V: lane l of warp 0 loads rows l·box_rows.. of each K and V tile, a box from
+    // its own page (its key's block-table entry, looked up one tile ahead so that the
+    // lookup's latency hides under the stage waits); thread 0 still does the rest alone.
+    const bool paged = kSequences && p.block_table != nullptr;
+    if (tid >= 32 || (!paged && tid != 0)) return;
+    const bool leader = tid == 0;
     const CUtensorMap* q_map = tp.packed_maps ? tp.packed_maps : &tp.q_map;
     const CUtensorMap* k_map = tp.packed_maps ? tp.packed_maps + 1 : &tp.k_map;
     const CUtensorMap* v_map = tp.packed_maps ? tp.packed_maps + 2 : &tp.v_map;
@@ -216,35 +227,78 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       tma_map_acquire(k_map);
       tma_map_acquire(v_map);
     }
-    tma_prefetch_map(q_map);
-    tma_prefetch_map(k_map);
-    tma_prefetch_map(v_map);
+    if (leader) {
+      tma_prefetch_map(q_map);
+      tma_prefetch_map(k_map);
+      tma_prefetch_map(v_map);
+    }
     // Coordinates: packed tensors are one [total rows, heads, dim] "sequence" (their map's
     // batch extent is 1) in which sequence b starts at row cu_seqlens[b].
     const bool packed_q = p.cu_seqlens_q != nullptr, packed_kv = p.cu_seqlens_kv != nullptr;
+    // This lane's box of the paged tile at key k0: (row in its page, page). A box never
+    // straddles two pages (its rows divide the page size and the tile's keys). A box whose
+    // first key lies past the sequence, or whose page id is out of range, takes page
+    // coordinate num_pages: the copy engine fills it with zeros (the bytes still count) and
+    // reads nothing. Keys past the sequence inside a box are read from its page and masked.
+    const int box_rows = tp.paged_box_rows, boxes = paged ? BN / box_rows : 0;
+    const auto paged_box = [&](const TileSpan& sp, int k0) {
+      const int key = k0 + tid * box_rows;
+      int2 box = make_int2(0, p.num_pages);
+      if (tid < boxes && key < sp.mask.seqlen_kv) {
+        const int page =
+            p.block_table[static_cast<int64_t>(sp.batch) * p.pages_per_seq + key / p.page_size];
+        if (page >= 0 && page < p.num_pages) box = make_int2(key % p.page_size, page);
+      }
+      return box;
+    };
     int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
     for (int t = first_tile, n = 0;; ++n) {
       mbar_wait(empty_q, (n & 1) ^ 1);  // the consumers are done with the previous Q
       if (t >= tp.total_tiles) {
-        tile_slot = -1;
-        mbar_arrive(full_q);  // no copy: the phase completes on this arrival
+        if (leader) {
+          tile_slot = -1;
+          mbar_arrive(full_q);  // no copy: the phase completes on this arrival
+        }
         break;
       }
-      tile_slot = t;
       const TileSpan sp = span_of(t);
-      if (sp.n_tiles == 0) {
-        mbar_arrive(full_q);  // nothing to load: the consumers write o = 0 or skip
-      } else {
-        mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
+      if (leader) {
+        tile_slot = t;
+        if (sp.n_tiles == 0) {
+          mbar_arrive(full_q);  // nothing to load: the consumers write o = 0 or skip
+        } else {
+          mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
 #pragma unroll
-        for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sQ + a * BM * 128, q_map, full_q, a * 64,
-                      static_cast<int>(sp.seq.q_row) + sp.q0, sp.head, packed_q ? 0 : sp.batch);
+          for (int a = 0; a < D / 64; ++a)
+            tma_load_4d(sQ + a * BM * 128, q_map, full_q, a * 64,
+                        static_cast<int>(sp.seq.q_row) + sp.q0, sp.head, packed_q ? 0 : sp.batch);
+        }
       }
       const int kv_head = sp.head / p.group;
+      int2 next_box = paged && sp.n_tiles > 0 ? paged_box(sp, sp.tile_begin * BN) : int2{};
       for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
         const int s = ring % ST, parity = (ring / ST) & 1, k0 = (sp.tile_begin + i) * BN;
         const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+        if (paged) {
+          const int2 box = next_box;
+          if (i + 1 < sp.n_tiles) next_box = paged_box(sp, k0 + BN);
+          const uint32_t row_bytes = tid * box_rows * 128;
+          mbar_wait(empty_k(s), parity ^ 1);
+          if (leader) mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
+          if (tid < boxes)
+#pragma unroll
+            for (int a = 0; a < D / 64; ++a)
+              tma_load_4d(sK + a * BN * 128 + row_bytes, k_map, full_k(s), a * 64, box.x, kv_head,
+                          box.y);
+          mbar_wait(empty_v(s), parity ^ 1);
+          if (leader) mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
+          if (tid < boxes)
+#pragma unroll
+            for (int a = 0; a < D / 64; ++a)
+              tma_load_4d(sV + a * BN * 128 + row_bytes, v_map, full_v(s), a * 64, box.x, kv_head,
+                          box.y);
+          continue;
+        }
         const int kv_row = static_cast<int>(sp.seq.kv_row) + k0,
                   kv_batch = packed_kv ? 0 : sp.batch;
         mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
@@ -262,13 +316,15 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       // within kStages K/V tiles of its end), not when it starts: a block that took its
       // next tile at the start held it through a long causal tile while blocks that
       // finished short ones found the counter further on (the grid then ended unevenly).
-      t = tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x)
-                          : tp.total_tiles;
+      if (leader)
+        t = tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x)
+                            : tp.total_tiles;
+      if (paged) t = __shfl_sync(0xffffffffu, t, 0);
     }
     // Every block stops after taking an index past the last tile; once all have, the
     // counter is free: the last block to finish resets it for the next launch on this
     // stream (the kernel boundary publishes the reset).
-    if (tp.tile_counter) {
+    if (leader && tp.tile_counter) {
       __threadfence();  // this block's last take precedes its count (different words)
       if (atomicAdd(tp.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
         __threadfence();  // every block's takes precede the reset
@@ -336,8 +392,14 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     int all_hi = visible_keys(mask, sp.q0, sp.q0).end;            // [all_lo, all_hi)
     if (all_hi <= all_lo) all_lo = all_hi = INT_MAX;
     // Rows of the map: [0, capacity) of each sequence when dense; a packed tensor's other
-    // sequences are real rows (its total is not known here: no upper bound).
-    const int mem_hi = p.cu_seqlens_kv != nullptr ? INT_MAX : p.mask.seqlen_kv;
+    // sequences are real rows (its total is not known here: no upper bound); a paged
+    // tile's last box with keys brings page rows up to the next multiple of the box rows
+    // (up to 128 rows past the keys), the boxes after it are zero-filled.
+    const int box_rows = tp.paged_box_rows;
+    const int mem_hi = p.cu_seqlens_kv != nullptr ? INT_MAX
+                       : p.block_table != nullptr
+                           ? (p.mask.seqlen_kv + box_rows - 1) / box_rows * box_rows
+                           : p.mask.seqlen_kv;
     const int lo1 = k0, hi1 = min(min(k0 + BN, all_lo), mem_hi);  // keys below [all_lo, all_hi)
     const int lo2 = max(k0, all_hi), hi2 = min(k0 + BN, mem_hi);  // and above it
     const int rows1 = max(hi1 - lo1, 0), rows = rows1 + max(hi2 - lo2, 0);
@@ -586,7 +648,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 template <class T, class C>
 void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   using Dv = FwdWgmmaDerived<C>;
-  const bool sequences = params.cu_seqlens_q || params.cu_seqlens_kv || params.seqlens_kv;
+  const bool sequences =
+      params.cu_seqlens_q || params.cu_seqlens_kv || params.seqlens_kv || params.block_table;
   auto kernel = sequences ? fwd_wgmma_kernel<T, C, true> : fwd_wgmma_kernel<T, C, false>;
   set_max_dynamic_smem_once<fwd_wgmma_kernel<T, C, true>>(Dv::kSmemBytes);
   set_max_dynamic_smem_once<fwd_wgmma_kernel<T, C, false>>(Dv::kSmemBytes);
@@ -607,12 +670,27 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   tp.q_map = make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q,
                             params.heads_q, packed_q ? 1 : batch, params.q_stride[1],
                             params.q_stride[2], packed_q ? 0 : params.q_stride[0], Dv::kBlockM});
-  tp.k_map = make_tile_map({address(params.k), bf16, params.head_dim, params.mask.seqlen_kv,
-                            heads_kv, packed_kv ? 1 : batch, params.k_stride[1], params.k_stride[2],
-                            packed_kv ? 0 : params.k_stride[0], C::kBlockN});
-  tp.v_map = make_tile_map({address(params.v), bf16, params.head_dim_v, params.mask.seqlen_kv,
-                            heads_kv, packed_kv ? 1 : batch, params.v_stride[1], params.v_stride[2],
-                            packed_kv ? 0 : params.v_stride[0], C::kBlockN});
+  if (params.block_table) {  // [num_pages, page_size, heads, cols] in boxes of box_rows
+    // The widest box that tiles both a K/V tile and a page: fewer copies per tile (8-row
+    // boxes on 176-key tiles, 44 copies per K/V tile at D 128, ran at 0.57x of contiguous).
+    int box_rows = kPagedBoxRows;
+    while (C::kBlockN % (2 * box_rows) == 0 && params.page_size % (2 * box_rows) == 0)
+      box_rows *= 2;
+    tp.paged_box_rows = box_rows;
+    tp.k_map = make_tile_map({params.k, bf16, params.head_dim, params.page_size, heads_kv,
+                              params.num_pages, params.k_stride[1], params.k_stride[2],
+                              params.k_stride[0], box_rows});
+    tp.v_map = make_tile_map({params.v, bf16, params.head_dim_v, params.page_size, heads_kv,
+                              params.num_pages, params.v_stride[1], params.v_stride[2],
+                              params.v_stride[0], box_rows});
+  } else {
+    tp.k_map = make_tile_map({address(params.k), bf16, params.head_dim, params.mask.seqlen_kv,
+                              heads_kv, packed_kv ? 1 : batch, params.k_stride[1],
+                              params.k_stride[2], packed_kv ? 0 : params.k_stride[0], C::kBlockN});
+    tp.v_map = make_tile_map({address(params.v), bf16, params.head_dim_v, params.mask.seqlen_kv,
+                              heads_kv, packed_kv ? 1 : batch, params.v_stride[1],
+                              params.v_stride[2], packed_kv ? 0 : params.v_stride[0], C::kBlockN});
+  }
   if (packed_q || packed_kv) {
     CUtensorMap* maps = static_cast<CUtensorMap*>(params.packed_maps);
     fwd_patch_packed_maps<<<1, 32, 0, stream>>>(tp, maps);

@@ -41,6 +41,11 @@ struct FwdParams {
   const int* cu_seqlens_kv;
   const int* seqlens_kv;
   int num_seqs;
+  // Paged K/V (block_table, device memory; null: none) on the Hopper forward: k / v are
+  // [num_pages, page_size, heads_kv, dim] (k_stride[0] / v_stride[0] the page stride), key j
+  // of sequence b row j % page_size of page block_table[b * pages_per_seq + j / page_size].
+  const int* block_table;
+  int page_size, pages_per_seq, num_pages;
   bool wgmma;      // the Hopper forward (fwd_wgmma_kernel.cuh), chosen by choose()
   bool band_tile;  // on it, FwdWgmmaBandConfig's tile (banded masks, few keys), by choose()
   // Its persistent grid: two ints of the per-stream counter buffer (zero between

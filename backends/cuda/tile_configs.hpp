@@ -175,12 +175,18 @@ FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 // Against the 176-key tile (bench/RESULTS.md, session 21, H200, bf16, interleaved with
 // cuDNN): causal 0.78 / 0.90 / 0.98 of cuDNN at 1k / 2k / 4k (was 0.73 / 0.87 / 0.96), -1 %
 // at 8k and 16k; non-causal -3 % at 1k-2k: so banded masks only, up to kFwdBandTileMaxKeys
-// keys (cuda_backend.cu's fwd_band_tile decides).
+// keys, and paged caches (boxes of up to 128 rows; cuda_backend.cu's fwd_band_tile decides).
 template <int kDim>
 struct FwdWgmmaBandConfig;
 FLASH_FWD_WGMMA_CONFIG(FwdWgmmaBandConfig, 128, 128, 3, 2)
 constexpr int kFwdBandTileMaxKeys = 4096;
 #undef FLASH_FWD_WGMMA_CONFIG
+
+// Paged caches on the Hopper forward: K / V rows arrive in boxes of kPagedBoxRows rows, one
+// 128-byte swizzle atom (a box then lands on a 1024-byte boundary of the tile, where the
+// swizzle pattern starts again), each from its own page; page sizes that are a multiple of
+// it run there (choose(): fwd_paged_wgmma), others on the decode kernel.
+constexpr int kPagedBoxRows = 8;
 
 template <class C>
 struct FwdWgmmaDerived {
@@ -210,6 +216,8 @@ struct FwdWgmmaDerived {
   static_assert(C::kDim <= 128 || C::kDim % 128 == 0 || C::kDim == 192,
                 "P·V in products of N <= 128, or one of N = 192");
   static_assert(C::kStages >= 2, "a ring needs two stages");
+  static_assert(C::kBlockN % kPagedBoxRows == 0 && C::kBlockN / kPagedBoxRows <= 32,
+                "a paged K/V tile is whole boxes, one per lane of the producer warp");
   static_assert(kConsumerRegs >= 128, "room for the S and O accumulators");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
