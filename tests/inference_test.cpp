@@ -405,9 +405,10 @@ TEST_P(Inference, PagedCaches) {
 // decode kernel's 64 rows): cuda's Hopper forward takes pages of whole 8-row boxes (its
 // choose() is asserted to name it), the decode kernel the rest (page 7). Dense and packed
 // queries, cache lengths with partly filled last pages, a sequence of one key (causal
-// rows that see none), GQA 4, every tile width of the Hopper forward. Every K / V row no
-// sequence uses (spare pages, rows past a length) holds NaN, and table entries past a
-// sequence's last page are garbage (-1, out of range): a read of any of them reaches o.
+// rows that see none) or full caches, GQA 4, every tile width of the Hopper forward.
+// Every K / V row no sequence uses (spare pages, rows past a length) holds NaN, and table
+// entries past a sequence's last page are garbage (-1, out of range): a read of any of
+// them reaches o.
 // cuda runs each problem twice more on a grid of two blocks (a block then crosses work
 // tiles and sequences with its paged producer), the second time with the band tile off
 // (at D 128 the 176-key tile, whose boxes are at most 16 rows, instead of the 128-key one).
@@ -421,7 +422,9 @@ TEST_P(Inference, PagedPrefill) {
     int64_t dim, page;
     const char* variant;  // plain, causal, window, softcap
     bool packed_q;
+    bool lengths = true;  // seqlens_kv; without it every sequence has all n keys
   };
+  const std::vector<int32_t> all_keys(lens.size(), n);
   const Backend backend = GetParam().backend;
   const bool gpu = backend == Backend::cuda || backend == Backend::hip;
   bool sm90a = false;
@@ -434,7 +437,9 @@ TEST_P(Inference, PagedPrefill) {
        {Case{DType::bf16, 64, 8, "causal", false}, Case{DType::bf16, 64, 16, "causal", true},
         Case{DType::f16, 64, 64, "window", true}, Case{DType::bf16, 64, 256, "softcap", false},
         Case{DType::bf16, 64, 7, "causal", true}, Case{DType::f32, 64, 16, "causal", false},
-        Case{DType::bf16, 128, 16, "plain", true}, Case{DType::f16, 128, 64, "causal", false},
+        Case{DType::bf16, 64, 16, "plain", true, false}, Case{DType::bf16, 128, 16, "plain", true},
+        Case{DType::f16, 128, 64, "causal", false},
+        Case{DType::f16, 128, 64, "causal", false, false},
         Case{DType::bf16, 256, 64, "causal", true}}) {
     if (c.dim != 64 && !gpu) continue;  // as PackedBatches: the oracle's cost on cpu targets
     AttentionDesc d = base(c.dtype, 8, 2, c.dim);
@@ -442,7 +447,8 @@ TEST_P(Inference, PagedPrefill) {
     d.seqlen_q = c.packed_q ? n / 2 : 96;
     if (c.packed_q) d.cu_seqlens_q = cu_q.data();
     d.seqlen_kv = n;
-    d.seqlens_kv = lens.data();
+    const std::vector<int32_t>& keys = c.lengths ? lens : all_keys;
+    if (c.lengths) d.seqlens_kv = lens.data();
     const std::string variant = c.variant;
     d.causal = variant == "causal" || variant == "softcap";
     if (variant == "window") d.window_left = 40, d.window_right = 7;
@@ -455,12 +461,12 @@ TEST_P(Inference, PagedPrefill) {
     std::mt19937_64 rng(7);
     std::shuffle(table.begin(), table.end(), rng);
     for (int64_t b = 0; b < d.batch; ++b)
-      for (int64_t j = (lens[b] + c.page - 1) / c.page; j < d.pages_per_seq; ++j)
+      for (int64_t j = (keys[b] + c.page - 1) / c.page; j < d.pages_per_seq; ++j)
         table[b * d.pages_per_seq + j] = j % 2 ? -1 : static_cast<int32_t>(d.num_pages + j);
     d.block_table = table.data();
     const std::string what = std::string("paged prefill ") + c.variant +
-                             (c.packed_q ? " packed q" : "") + " D " + std::to_string(c.dim) +
-                             " page " + std::to_string(c.page);
+                             (c.packed_q ? " packed q" : "") + (c.lengths ? "" : " full") + " D " +
+                             std::to_string(c.dim) + " page " + std::to_string(c.page);
     if (sm90a && c.dtype != DType::f32) {
       d.backend = Backend::cuda;
       const std::string kernel = explain(d).kernel;
@@ -477,7 +483,7 @@ TEST_P(Inference, PagedPrefill) {
     v.fill(rng);
     std::vector<bool> used(static_cast<size_t>(d.num_pages * c.page), false);
     for (int64_t b = 0; b < d.batch; ++b)
-      for (int64_t j = 0; j < lens[b]; ++j)
+      for (int64_t j = 0; j < keys[b]; ++j)
         used[table[b * d.pages_per_seq + j / c.page] * c.page + j % c.page] = true;
     for (int64_t row = 0; row < d.num_pages * c.page; ++row)
       if (!used[row])
