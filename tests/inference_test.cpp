@@ -221,16 +221,31 @@ AttentionDesc base(DType dtype, int64_t hq, int64_t hkv, int64_t dim) {
   return d;
 }
 
-// The paged-cache fields of d for one sequence of `keys` keys in pages of `page` rows, and
-// its block table: every page in use, in an order shuffled by rng (set d.block_table to it).
+// The paged-cache fields of d for sequences of lens[b] keys (capacity `keys`) in pages of
+// `page` rows, `spare` pages that no sequence uses coming first, and its block table: the
+// used pages shuffled by rng; entries past a sequence's last page are garbage that must
+// never be read (-1, or with `out_of_range` alternately -1 and ids >= num_pages).
+std::vector<int32_t> shuffled_pages(AttentionDesc& d, const std::vector<int32_t>& lens,
+                                    int64_t keys, int64_t page, int32_t spare, std::mt19937_64& rng,
+                                    bool out_of_range) {
+  d.page_size = page;
+  d.pages_per_seq = (keys + page - 1) / page;
+  d.num_pages = d.batch * d.pages_per_seq + spare;
+  std::vector<int32_t> table(static_cast<size_t>(d.batch * d.pages_per_seq));
+  std::iota(table.begin(), table.end(), spare);
+  std::shuffle(table.begin(), table.end(), rng);
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t j = (lens[b] + page - 1) / page; j < d.pages_per_seq; ++j)
+      table[b * d.pages_per_seq + j] =
+          out_of_range && j % 2 == 0 ? static_cast<int32_t>(d.num_pages + j) : -1;
+  return table;
+}
+
+// The paged-cache fields of d (batch 1) for one sequence of `keys` keys in pages of `page`
+// rows, every page in use, and its block table, shuffled by rng.
 std::vector<int32_t> one_sequence_pages(AttentionDesc& d, int64_t keys, int64_t page,
                                         std::mt19937_64& rng) {
-  d.page_size = page;
-  d.pages_per_seq = d.num_pages = keys / page;
-  std::vector<int32_t> table(static_cast<size_t>(d.num_pages));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  return table;
+  return shuffled_pages(d, {static_cast<int32_t>(keys)}, keys, page, 0, rng, false);
 }
 
 std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
@@ -381,17 +396,8 @@ TEST_P(Inference, PagedCaches) {
       d.seqlen_kv = 513;
       d.seqlens_kv = lens.data();
       d.causal = true;
-      d.page_size = page;
-      d.pages_per_seq = (513 + page - 1) / page;
-      d.num_pages = d.batch * d.pages_per_seq + 5;  // spare pages nobody uses
-      std::vector<int32_t> table(static_cast<size_t>(d.batch * d.pages_per_seq));
-      std::iota(table.begin(), table.end(), 5);
       std::mt19937_64 rng(3);
-      std::shuffle(table.begin(), table.end(), rng);
-      // Entries past a sequence's last used page are garbage; they must never be read.
-      for (int64_t b = 0; b < d.batch; ++b)
-        for (int64_t j = (lens[b] + page - 1) / page; j < d.pages_per_seq; ++j)
-          table[b * d.pages_per_seq + j] = -1;
+      const std::vector<int32_t> table = shuffled_pages(d, lens, 513, page, 5, rng, false);
       d.block_table = table.data();
       Buffer q(dtype, d.batch * sq * 8 * 64), k(dtype, d.num_pages * page * 2 * 64), v = k;
       q.fill(rng);
@@ -453,16 +459,8 @@ TEST_P(Inference, PagedPrefill) {
     d.causal = variant == "causal" || variant == "softcap";
     if (variant == "window") d.window_left = 40, d.window_right = 7;
     if (variant == "softcap") d.softcap = 20.f;
-    d.page_size = c.page;
-    d.pages_per_seq = (n + c.page - 1) / c.page;
-    d.num_pages = d.batch * d.pages_per_seq + 3;  // spare pages nobody uses
-    std::vector<int32_t> table(static_cast<size_t>(d.batch * d.pages_per_seq));
-    std::iota(table.begin(), table.end(), 3);
     std::mt19937_64 rng(7);
-    std::shuffle(table.begin(), table.end(), rng);
-    for (int64_t b = 0; b < d.batch; ++b)
-      for (int64_t j = (keys[b] + c.page - 1) / c.page; j < d.pages_per_seq; ++j)
-        table[b * d.pages_per_seq + j] = j % 2 ? -1 : static_cast<int32_t>(d.num_pages + j);
+    const std::vector<int32_t> table = shuffled_pages(d, keys, n, c.page, 3, rng, true);
     d.block_table = table.data();
     const std::string what = std::string("paged prefill ") + c.variant +
                              (c.packed_q ? " packed q" : "") + (c.lengths ? "" : " full") + " D " +
