@@ -284,21 +284,19 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         if (paged) {
           const int2 box = next_box;
           if (i + 1 < sp.n_tiles) next_box = paged_box(sp, k0 + BN);
-          const uint32_t row_bytes = tid * box_rows * 128;
+          // This lane's box of one K or V tile (the leader counts the whole tile's bytes).
+          const auto load_boxes = [&](uint32_t tile, const CUtensorMap* map, uint32_t full) {
+            if (leader) mbar_arrive_expect_tx(full, Dv::kTileKVBytes);
+            if (tid < boxes)
+#pragma unroll
+              for (int a = 0; a < D / 64; ++a)
+                tma_load_4d(tile + a * BN * 128 + tid * box_rows * 128, map, full, a * 64, box.x,
+                            kv_head, box.y);
+          };
           mbar_wait(empty_k(s), parity ^ 1);
-          if (leader) mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
-          if (tid < boxes)
-#pragma unroll
-            for (int a = 0; a < D / 64; ++a)
-              tma_load_4d(sK + a * BN * 128 + row_bytes, k_map, full_k(s), a * 64, box.x, kv_head,
-                          box.y);
+          load_boxes(sK, k_map, full_k(s));
           mbar_wait(empty_v(s), parity ^ 1);
-          if (leader) mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
-          if (tid < boxes)
-#pragma unroll
-            for (int a = 0; a < D / 64; ++a)
-              tma_load_4d(sV + a * BN * 128 + row_bytes, v_map, full_v(s), a * 64, box.x, kv_head,
-                          box.y);
+          load_boxes(sV, v_map, full_v(s));
           continue;
         }
         const int kv_row = static_cast<int>(sp.seq.kv_row) + k0,
