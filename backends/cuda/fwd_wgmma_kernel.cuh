@@ -50,7 +50,8 @@
 // stages (FwdWgmmaBandConfig, up to 4096 keys): 0.78 / 0.90 / 0.98 of cuDNN at 1k / 2k / 4k,
 // interleaved (176-key tiles: 0.73 / 0.87 / 0.96). H200, session 22, paged prefill (bf16, B 4
 // x 4k, Hq 32 / Hkv 8) against the same problem contiguous: pages of 64 keys 0.91 / 0.95 at D
-// 64 / 128, 16 keys 0.74-0.83, 8 keys 0.53-0.74; D 192 / 256 0.71-0.76 (16-row boxes at most).
+// 64 / 128, 16 keys 0.74-0.83, 8 keys 0.53-0.74; D 192 / 256 0.71-0.76 (16-row boxes at
+// most), 0.49-0.54 with 8-key pages.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
