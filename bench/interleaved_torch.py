@@ -54,7 +54,8 @@ def ms_per_call(fn, iters):
 
 def problem_calls(args, dtype, d, s, causal):
     """{name: (call, output)} for ours and each torch backend on one problem."""
-    b, h = FA_TOKENS // s, FA_MODEL_WIDTH // d
+    b = args.batch or FA_TOKENS // s
+    h = args.heads_now or FA_MODEL_WIDTH // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(args.backward) for x in (q, k, v))
     calls = {}
@@ -150,6 +151,11 @@ def main():
     p.add_argument("--torch", nargs="+", default=["flash", "cudnn"], choices=TORCH_GPU_BACKENDS)
     p.add_argument("--backward", action="store_true")
     p.add_argument("--atomic", action="store_true", help="ours with unordered atomic dQ adds")
+    p.add_argument("--batch", type=int, default=0,
+                   help="batch size instead of FlashAttention's 16384 / S (0: theirs)")
+    p.add_argument("--heads", type=int, nargs="+", default=[0],
+                   help="head counts instead of FlashAttention's 2048 / D (0: theirs); e.g. "
+                        "to see a persistent grid's last-wave fill: 16 vs 33 heads")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=10, help="calls per timing")
     p.add_argument("--sustained", type=float, default=0.0,
@@ -161,13 +167,16 @@ def main():
           f"{' (ours atomic)' if args.atomic else ''}, {args.rounds} rounds x {args.iters} calls")
     names = ["ours"] + args.torch
     if args.sustained > 0:
-        print("| dtype | D | S | causal | " + " | ".join(f"{n} TF/s, MHz, W" for n in names) + " |")
-        print("|" + "---|" * (4 + len(names)))
+        print("| dtype | D | S | B x H | causal | " + " | ".join(f"{n} TF/s, MHz, W" for n in names)
+              + " |")
+        print("|" + "---|" * (5 + len(names)))
     else:
-        print(f"| dtype | D | S | causal | {' | '.join(f'{n} TF/s' for n in names)} | "
+        print(f"| dtype | D | S | B x H | causal | {' | '.join(f'{n} TF/s' for n in names)} | "
               f"{' | '.join(f'ours/{n}' for n in args.torch)} | max diff |")
-        print("|" + "---|" * (5 + len(names) + len(args.torch)))
-    for dtype, d, s, causal in itertools.product(args.dtype, args.head_dim, args.seqlen, masks):
+        print("|" + "---|" * (6 + len(names) + len(args.torch)))
+    for dtype, d, s, heads, causal in itertools.product(args.dtype, args.head_dim, args.seqlen,
+                                                         args.heads, masks):
+        args.heads_now = heads
         calls, b, h = problem_calls(args, dtype, d, s, causal)
         work = flops(b, h, s, d, causal, args.backward)
         if args.sustained > 0:
@@ -177,7 +186,8 @@ def main():
         else:
             seconds, ratios, diff = interleaved_row(args, names, calls)
             cells = [f"{work / seconds[n] / 1e12:.0f}" for n in names] + ratios + [diff]
-        print(f"| {dtype} | {d} | {s} | {'yes' if causal else 'no'} | {' | '.join(cells)} |",
+        print(f"| {dtype} | {d} | {s} | {b} x {h} | {'yes' if causal else 'no'} | "
+              f"{' | '.join(cells)} |",
               flush=True)
         del calls
         torch.cuda.empty_cache()

@@ -51,7 +51,9 @@
 // interleaved (176-key tiles: 0.73 / 0.87 / 0.96). H200, session 22, paged prefill (bf16, B 4
 // x 4k, Hq 32 / Hkv 8) against the same problem contiguous: pages of 64 keys 0.91 / 0.95 at D
 // 64 / 128, 16 keys 0.74-0.83, 8 keys 0.53-0.74; D 192 / 256 0.71-0.76 (16-row boxes at
-// most), 0.49-0.54 with 8-key pages.
+// most), 0.49-0.54 with 8-key pages. H200, session 23: the narrow last K/V tile (softmax and
+// P·V of a last tile whose keys end within its first 64 take 64 columns) +1-2 % at D 128
+// non-causal 1k-16k; 0.94 / 1.00 of cuDNN at 4k / 16k, interleaved.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -371,6 +373,12 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     return !tile_fully_visible(mask, sp.q0, sp.q_last, key0_of(i), key0_of(i) + BN - 1);
   };
 
+  // The width of a K/V tile's softmax and P·V: BN keys, or the narrow last tile's first
+  // Dv::kNarrowKeys (tile_configs.hpp). S is always BN wide: a narrow S product, or a
+  // second copy of the tile step, made ptxas serialise the products (C7515), while a
+  // branch inside the softmax and around the last P·V does not.
+  using FullWidth = std::integral_constant<int, BN>;
+  using NarrowWidth = std::integral_constant<int, Dv::kNarrowKeys>;
   // Issues S = Q·K(i)ᵀ (64 x BN) on the tensor cores (not committed).
   const auto issue_qk = [&](int i) {
     const uint64_t k_desc =
@@ -434,8 +442,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const auto v_chunk = [&](int key, int chunk) { return sw128_addr<BN>(sV, key, chunk); };
     pv_visible_keys_only<T, 1, KS, OT>(acc_o, frag, v_chunk, mask, row0, key0_of(i));
   };
-  // Issues O += P(i)·V(i) on the tensor cores (not committed).
-  const auto issue_pv = [&](int i) {
+  // Issues O += P(i)·V(i) on the tensor cores (not committed), over the first `width` keys.
+  const auto issue_pv = [&](int i, auto width) {
+    constexpr int kSteps = decltype(width)::value / 16;
     const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes;
 #pragma unroll
     for (int part = 0; part < D / kON; ++part) {
@@ -445,7 +454,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           gmma_desc(sV + part * (kON / 64) * BN * 128, BN * 128, 1024, kGmmaSwizzle128);
       float(&acc_part)[kON / 2] = reinterpret_cast<float(&)[kON / 2]>(acc_o[0][part * kON / 8]);
 #pragma unroll
-      for (int kk = 0; kk < KS; ++kk)
+      for (int kk = 0; kk < kSteps; ++kk)
         wgmma_rs<T, kON, 1>(acc_part, pf[kk], gmma_desc_add(v_desc, kk * 2048), 1);
     }
   };
@@ -456,13 +465,16 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   // score·mult − round(max·mult) differs from it by at most kFfmaExpBound·2⁻²⁴ = 2⁻¹⁶,
   // a relative 1e-5 in p, far under the half ulp of bf16 / f16 that P is rounded to —
   // one instruction less per score on the path that real logits take.
-  const auto softmax = [&](int i, float(&alpha)[2]) {
-    softcap_and_mask(s_acc, p.softcap, mask, use_softcap, cap_in, tile_masked(i), row0,
+  // Only the first `width` keys are taken (a narrow tile: the rest get p = 0).
+  const auto softmax = [&](int i, float(&alpha)[2], auto width) {
+    constexpr int WT = decltype(width)::value / 8;  // n8 blocks of this width
+    float(&s_w)[1][WT][4] = reinterpret_cast<float(&)[1][WT][4]>(s_acc);
+    softcap_and_mask(s_w, p.softcap, mask, use_softcap, cap_in, tile_masked(i), row0,
                      key0_of(i) + tig * 2);
     float max_used[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = row_half_max(s_acc[0], h);
+      float mx = row_half_max(s_w[0], h);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       online_softmax_max(row_max[h], mx, mult, max_used[h], alpha[h]);
@@ -473,21 +485,27 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     if (ffma_exp) {
       const float neg_max[2] = {-max_used[0] * mult, -max_used[1] * mult};
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < WT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s_acc[0][nt][e] = fast_exp2(fmaf(s_acc[0][nt][e], mult, neg_max[e / 2]));
-          sum[e / 2] += s_acc[0][nt][e];
+          s_w[0][nt][e] = fast_exp2(fmaf(s_w[0][nt][e], mult, neg_max[e / 2]));
+          sum[e / 2] += s_w[0][nt][e];
         }
     } else {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < WT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s_acc[0][nt][e] = softmax_p(s_acc[0][nt][e], max_used[e / 2], mult);
-          sum[e / 2] += s_acc[0][nt][e];
+          s_w[0][nt][e] = softmax_p(s_w[0][nt][e], max_used[e / 2], mult);
+          sum[e / 2] += s_w[0][nt][e];
         }
     }
+    // A narrow tile's other columns get p = 0 (P is packed full width: the same register
+    // flow on both paths).
+#pragma unroll
+    for (int nt = WT; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_acc[0][nt][e] = 0.f;
     // Per-thread partial sums; reduced across the quad at the end.
     row_sum[0] = row_sum[0] * alpha[0] + sum[0];
     row_sum[1] = row_sum[1] * alpha[1] + sum[1];
@@ -510,7 +528,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   // 2kk and 2kk + 1 (keys 16kk .. 16kk + 15) form A fragment kk.
   const auto pack_p = [&] {
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
+    for (int kk = 0; kk < KS; ++kk) {  // (a narrow tile's other keys: p = 0 from softmax)
       pf[kk][0] = pack2<T>(s_acc[0][2 * kk][0], s_acc[0][2 * kk][1]);
       pf[kk][1] = pack2<T>(s_acc[0][2 * kk][2], s_acc[0][2 * kk][3]);
       pf[kk][2] = pack2<T>(s_acc[0][2 * kk + 1][0], s_acc[0][2 * kk + 1][1]);
@@ -550,24 +568,41 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       continue;
     }
     if (n_tiles > 0) {
+      // The narrow last tile: every key the rows see lies in the first kNarrowKeys keys of
+      // tile n_tiles - 1 (block-uniform; __any_sync shows ptxas that it is warp-uniform, as
+      // in needs_exact_pv).
+      const bool narrow = Dv::kNarrowKeys > 0 &&
+                          __any_sync(0xffffffffu, visible_keys(mask, sp.q0, sp.q_last).end <=
+                                                      key0_of(n_tiles - 1) + Dv::kNarrowKeys);
+      // The softmax of tile i, narrow when it is the narrow last tile.
+      const auto softmax_at = [&](int i, float(&alpha)[2], bool narrow_here) {
+        if constexpr (Dv::kNarrowKeys > 0) {
+          if (narrow_here) return softmax(i, alpha, NarrowWidth{});
+        }
+        softmax(i, alpha, FullWidth{});
+      };
       // Tile 0: S, softmax, P (O is still 0: no rescale).
-      float alpha[2];
-      mbar_wait(full_k(stage_of(0)), parity_of(0));
-      wgmma_fence();
-      issue_qk(0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(s_flat);
-      mbar_arrive(empty_k(stage_of(0)));
-      // Q is read by S = Q·Kᵀ only: after the last tile's S the producer may load the next
-      // work tile's Q (and then its K/V) while this one finishes.
-      if (n_tiles == 1) mbar_arrive(empty_q);
-      softmax(0, alpha);
-      pack_p();
+      const auto first_tile = [&] {
+        float alpha[2];
+        mbar_wait(full_k(stage_of(0)), parity_of(0));
+        wgmma_fence();
+        issue_qk(0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(s_flat);
+        mbar_arrive(empty_k(stage_of(0)));
+        // Q is read by S = Q·Kᵀ only: after the last tile's S the producer may load the
+        // next work tile's Q (and then its K/V) while this one finishes.
+        if (n_tiles == 1) mbar_arrive(empty_q);
+        softmax_at(0, alpha, n_tiles == 1 && narrow);
+        pack_p();
+      };
       // Tile i: S(i) is issued before P(i-1)·V(i-1), and the softmax of S(i) runs while
       // that product is still on the tensor cores (FlashAttention-3's intra-warpgroup
-      // overlap); O is rescaled once the product has landed.
-      for (int i = 1; i < n_tiles; ++i) {
+      // overlap); O is rescaled once the product has landed. Tile i - 1 is never the last,
+      // so its P·V is full width.
+      const auto step = [&](int i) {
+        float alpha[2];
         mbar_wait(full_k(stage_of(i)), parity_of(i));
         mbar_wait(full_v(stage_of(i - 1)), parity_of(i - 1));
         const bool exact = needs_exact_pv(i - 1);
@@ -580,7 +615,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         // wait for "all but one group" then waited for P(i-1)·V(i-1) too, and the softmax
         // below no longer overlapped it — ncu, bench/RESULTS.md.)
         if (!exact) {
-          issue_pv(i - 1);
+          issue_pv(i - 1, FullWidth{});
           wgmma_commit();
           wgmma_wait<1>();  // S(i) has landed; P(i-1)·V(i-1) may still run
         } else {
@@ -589,23 +624,35 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         wgmma_fence_operands(s_flat);
         mbar_arrive(empty_k(stage_of(i)));
         if (i == n_tiles - 1) mbar_arrive(empty_q);
-        softmax(i, alpha);
+        softmax_at(i, alpha, i == n_tiles - 1 && narrow);
         wgmma_wait<0>();
         wgmma_fence_operands(acc_flat);
         mbar_arrive(empty_v(stage_of(i - 1)));
         rescale_o(alpha);
         pack_p();
-      }
-      const int last = n_tiles - 1;
-      mbar_wait(full_v(stage_of(last)), parity_of(last));
-      if (needs_exact_pv(last)) {
-        pv_exact(last);
-      } else {
+      };
+      // The last tile's P·V.
+      const auto last_pv = [&](auto width) {
         wgmma_fence();
-        issue_pv(last);
+        issue_pv(n_tiles - 1, width);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(acc_flat);
+      };
+      first_tile();
+      for (int i = 1; i < n_tiles; ++i) step(i);
+      const int last = n_tiles - 1;
+      mbar_wait(full_v(stage_of(last)), parity_of(last));
+      // (pv_exact needs no width: keys past the narrow part are hidden from every row.)
+      if (needs_exact_pv(last)) {
+        pv_exact(last);
+      } else if constexpr (Dv::kNarrowKeys > 0) {
+        if (narrow)
+          last_pv(NarrowWidth{});
+        else
+          last_pv(FullWidth{});
+      } else {
+        last_pv(FullWidth{});
       }
       mbar_arrive(empty_v(stage_of(last)));
     }

@@ -188,6 +188,20 @@ constexpr int kFwdBandTileMaxKeys = 4096;
 // it run there (choose(): fwd_paged_wgmma), others on the decode kernel.
 constexpr int kPagedBoxRows = 8;
 
+// The narrow last K/V tile of the Hopper forward: when every key the work tile's rows see
+// ends within the first kNarrowKeys keys of its last K/V tile, that tile's S, softmax and
+// P·V run kNarrowKeys wide instead of kBlockN (4096 keys are 23 tiles of 176 and 48 keys: a
+// full last tile spends 2.7 % of the products and exponents on masked keys). 0 = none.
+// Only the 176-key D 128 tile has one (its remainders at 4k / 16k keys are 48 / 16); each
+// width is a second copy of the consumer's tile step in the kernel.
+#ifndef FLASH_FWD_WGMMA_NARROW_128
+#define FLASH_FWD_WGMMA_NARROW_128 64
+#endif
+template <class C>
+constexpr int kFwdNarrowKeys = 0;
+template <>
+constexpr int kFwdNarrowKeys<FwdWgmmaConfig<128>> = FLASH_FWD_WGMMA_NARROW_128;
+
 template <class C>
 struct FwdWgmmaDerived {
   static constexpr int kConsumers = C::kConsumers;  // warpgroups of 64 query rows
@@ -219,6 +233,9 @@ struct FwdWgmmaDerived {
   static_assert(C::kBlockN % kPagedBoxRows == 0 && C::kBlockN / kPagedBoxRows <= 32,
                 "a paged K/V tile is whole boxes, one per lane of the producer warp");
   static_assert(kConsumerRegs >= 128, "room for the S and O accumulators");
+  static constexpr int kNarrowKeys = kFwdNarrowKeys<C>;
+  static_assert(kNarrowKeys == 0 || (kNarrowKeys % 16 == 0 && kNarrowKeys < C::kBlockN),
+                "the narrow last tile is whole k16 steps of P·V, narrower than the tile");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
