@@ -192,13 +192,18 @@ constexpr int kPagedBoxRows = 8;
 // ends within the first kNarrowKeys keys of its last K/V tile, that tile's S, softmax and
 // P·V run kNarrowKeys wide instead of kBlockN (4096 keys are 23 tiles of 176 and 48 keys: a
 // full last tile spends 2.7 % of the products and exponents on masked keys). 0 = none.
-// Only the 176-key D 128 tile has one (its remainders at 4k / 16k keys are 48 / 16); each
-// width is a second copy of the consumer's tile step in the kernel.
+// The 176-key D 128 tile (remainders of 48 / 16 keys at 4k / 16k) and the 128-key D 64 tile
+// (causal diagonals) have one; each is a second copy of the softmax and of the last P·V.
 #ifndef FLASH_FWD_WGMMA_NARROW_128
 #define FLASH_FWD_WGMMA_NARROW_128 64
 #endif
+#ifndef FLASH_FWD_WGMMA_NARROW_64
+#define FLASH_FWD_WGMMA_NARROW_64 64
+#endif
 template <class C>
 constexpr int kFwdNarrowKeys = 0;
+template <>
+constexpr int kFwdNarrowKeys<FwdWgmmaConfig<64>> = FLASH_FWD_WGMMA_NARROW_64;
 template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<128>> = FLASH_FWD_WGMMA_NARROW_128;
 
