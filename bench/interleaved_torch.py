@@ -52,10 +52,11 @@ def ms_per_call(fn, iters):
     return start.elapsed_time(stop) / iters
 
 
-def problem_calls(args, dtype, d, s, causal):
-    """{name: (call, output)} for ours and each torch backend on one problem."""
+def problem_calls(args, dtype, d, s, heads, causal):
+    """{name: (call, output)} for ours and each torch backend on one problem (heads 0 and
+    --batch 0: FlashAttention's shapes)."""
     b = args.batch or FA_TOKENS // s
-    h = args.heads_now or FA_MODEL_WIDTH // d
+    h = heads or FA_MODEL_WIDTH // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DTYPES[dtype]) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(args.backward) for x in (q, k, v))
     calls = {}
@@ -176,8 +177,7 @@ def main():
         print("|" + "---|" * (6 + len(names) + len(args.torch)))
     for dtype, d, s, heads, causal in itertools.product(args.dtype, args.head_dim, args.seqlen,
                                                          args.heads, masks):
-        args.heads_now = heads
-        calls, b, h = problem_calls(args, dtype, d, s, causal)
+        calls, b, h = problem_calls(args, dtype, d, s, heads, causal)
         work = flops(b, h, s, d, causal, args.backward)
         if args.sustained > 0:
             res = sustained(calls, names, args.sustained)

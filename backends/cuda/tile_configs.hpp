@@ -189,18 +189,22 @@ constexpr int kFwdBandTileMaxKeys = 4096;
 constexpr int kPagedBoxRows = 8;
 
 // The narrow last K/V tile of the Hopper forward: when every key the work tile's rows see
-// ends within the first kNarrowKeys keys of its last K/V tile, that tile's S, softmax and
-// P·V run kNarrowKeys wide instead of kBlockN (4096 keys are 23 tiles of 176 and 48 keys: a
-// full last tile spends 2.7 % of the products and exponents on masked keys). 0 = none.
-// The 176-key D 128 tile (remainders of 48 / 16 keys at 4k / 16k), the 128-key D 64 tile
-// (causal diagonals) and the 112-key D 192 tile have one; each is a second copy of the
-// softmax and of the last P·V. (32 of the 80-key D 256 tile: +1 % at 1k, -1 to -8 % at 16k
-// where it is never taken, through the kernel's spills; not kept, bench/RESULTS.md.)
+// ends within the first kNarrowKeys keys of its last K/V tile, that tile's softmax and P·V
+// run kNarrowKeys wide instead of kBlockN (S stays kBlockN wide: narrower S products made
+// ptxas serialise them). 4096 keys are 23 tiles of 176 and 48 keys: a full last tile spends
+// 2.7 % of the exponents and products on masked keys. 0 = none. The 176-key D 128 tile
+// (remainders of 48 / 16 keys at 4k / 16k), the 128-key D 64 tile (causal diagonals) and the
+// 112-key D 192 tile have one; each is a second copy of the softmax and of the last P·V.
+// (32 of the 80-key D 256 tile: +1 % at 1k, -1 to -8 % at 16k where it is never taken,
+// through the kernel's spills; not kept, bench/RESULTS.md.)
+#ifndef FLASH_FWD_WGMMA_NARROW_64
+#define FLASH_FWD_WGMMA_NARROW_64 64
+#endif
 #ifndef FLASH_FWD_WGMMA_NARROW_128
 #define FLASH_FWD_WGMMA_NARROW_128 64
 #endif
-#ifndef FLASH_FWD_WGMMA_NARROW_64
-#define FLASH_FWD_WGMMA_NARROW_64 64
+#ifndef FLASH_FWD_WGMMA_NARROW_192
+#define FLASH_FWD_WGMMA_NARROW_192 64
 #endif
 template <class C>
 constexpr int kFwdNarrowKeys = 0;
@@ -208,9 +212,6 @@ template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<64>> = FLASH_FWD_WGMMA_NARROW_64;
 template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<128>> = FLASH_FWD_WGMMA_NARROW_128;
-#ifndef FLASH_FWD_WGMMA_NARROW_192
-#define FLASH_FWD_WGMMA_NARROW_192 64
-#endif
 template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<192>> = FLASH_FWD_WGMMA_NARROW_192;
 

@@ -51,8 +51,8 @@ const std::vector<Case>& forward_cases() {
       // banded-mask Hopper tile's three-stage ring across work tiles, cuda_backend.cu).
       {"s300x170_d128_gqa4_causal", 2, 300, 170, 8, 2, 128, 128, true},
       // Keys that end within the first 64 of the last 176-key tile (the Hopper forward's
-      // narrow last tile, tile_configs.hpp; D 64 / 256 reach it on causal diagonals, e.g.
-      // s77x129_d64 and s113x257_d256): after two full tiles (400 = 2 x 176 + 48, with
+      // narrow last tile, tile_configs.hpp; D 64 reaches it on causal diagonals, e.g.
+      // s77x129_d64): after two full tiles (400 = 2 x 176 + 48, with
       // softcap), as the only tile (40 keys, head dim 120 on the 128 tile), and on causal
       // diagonals (the runs with the band tile off).
       {"s77x400_d128_gqa2_softcap10", 1, 77, 400, 4, 2, 128, 128, false, -1, -1, 10.f, 0,
