@@ -596,6 +596,125 @@ TEST_P(Inference, DecodeSplitsInOneCluster) {
   }
 }
 
+// Decode problems of 17-64 packed rows per kv head (GQA group x query tokens, as
+// speculative decoding with Hq 64 sends): cuda's tensor-core decode takes them in chunks of
+// 16 rows, or with FLASH_CUDA_DECODE_ROWS=32 in chunks of 32, two m16 tiles sharing each K/V
+// tile, at padded head dims <= 128 (24 rows: the second tile half padding; 48: two chunks,
+// the second partly filled); cuda runs every case both ways and explain() must name the
+// chunk. Causal rows of different tokens in one chunk see different keys (per-row masks
+// inside a tile), with cache lengths, windows, softcap, paged caches (page 7, 16), head dim
+// 96 (columns past head_dim_v in the padded tile), lse.
+TEST_P(Inference, DecodeRowChunks) {
+  if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
+  const int32_t sk = kSanitized ? 700 : 2000;
+  struct Case {
+    DType dtype;
+    int64_t dim, hq, sq, page;
+    const char* variant;  // causal, window, softcap
+    bool lengths;
+    bool two_tiles;  // cuda's chunk is 32 rows with FLASH_CUDA_DECODE_ROWS=32
+  };
+  const bool cuda = GetParam().backend == Backend::cuda;
+  for (const char* rows_switch : {static_cast<const char*>(nullptr), "32"}) {
+    if (rows_switch != nullptr && !cuda) continue;
+    ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
+    for (const Case c : {Case{DType::bf16, 128, 16, 3, 0, "causal", true, true},
+                         Case{DType::f16, 64, 16, 4, 16, "causal", false, true},
+                         Case{DType::bf16, 96, 8, 5, 0, "window", true, true},
+                         Case{DType::bf16, 128, 16, 6, 0, "softcap", false, true},
+                         Case{DType::bf16, 64, 32, 2, 7, "causal", true, true},
+                         Case{DType::bf16, 256, 16, 3, 0, "causal", true, false},
+                         Case{DType::f32, 128, 16, 3, 0, "causal", true, false}}) {
+      AttentionDesc d = base(c.dtype, c.hq, 2, c.dim);
+      d.batch = 2;
+      d.seqlen_q = c.sq;
+      d.seqlen_kv = sk;
+      const std::string variant = c.variant;
+      d.causal = variant != "window";
+      if (variant == "window") d.window_left = sk / 3, d.window_right = 0;
+      if (variant == "softcap") d.softcap = 20.f;
+      const std::vector<int32_t> lens = {sk, sk * 3 / 4 + 1};
+      if (c.lengths) d.seqlens_kv = lens.data();
+      std::mt19937_64 rng(6);
+      std::vector<int32_t> table;
+      if (c.page > 0) {
+        table = shuffled_pages(d, c.lengths ? lens : std::vector<int32_t>{sk, sk}, sk, c.page, 2,
+                               rng, false);
+        d.block_table = table.data();
+      }
+      const int chunk = rows_switch != nullptr && c.two_tiles ? 32 : 16;
+      const std::string what = std::string("decode rows ") + std::to_string(c.hq / 2 * c.sq) +
+                               " D " + std::to_string(c.dim) + " " + c.variant +
+                               (c.page ? " page " + std::to_string(c.page) : "") +
+                               (rows_switch ? " (FLASH_CUDA_DECODE_ROWS=32)" : "");
+      if (cuda) {
+        d.backend = Backend::cuda;
+        const std::string kernel = explain(d).kernel;
+        if (kernel.find("decode_") != std::string::npos)
+          EXPECT_NE(kernel.find("_m" + std::to_string(chunk) + "_"), std::string::npos)
+              << what << ": " << kernel;
+      }
+      const int64_t kv_rows = c.page ? d.num_pages * c.page : d.batch * sk;
+      Buffer q(c.dtype, d.batch * c.sq * c.hq * c.dim), k(c.dtype, kv_rows * 2 * c.dim), v = k;
+      q.fill(rng);
+      k.fill(rng);
+      v.fill(rng);
+      check(d, q, k, v, false, what);
+    }
+  }
+}
+
+// NaN and inf in the values of the last two keys of a causal decode step of 4 tokens x
+// group 8 (32 rows per kv head: cuda's 16-row chunks, or with FLASH_CUDA_DECODE_ROWS=32 one
+// 32-row chunk at head dims 64 / 128; both are run): only the tokens that see a key may turn
+// non-finite, in its column only. Tensor cores multiply a hidden key's p = 0 by its v row
+// (0·NaN = NaN): the decode's exact P·V must keep the other rows of the chunk finite.
+TEST_P(Inference, DecodeNonFiniteValueReachesOnlyTheRowsThatSeeIt) {
+  if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
+  const int64_t sq = 4, hq = 16, hkv = 2, sk = 1000;
+  const bool cuda = GetParam().backend == Backend::cuda;
+  for (const char* rows_switch : {static_cast<const char*>(nullptr), "32"}) {
+    if (rows_switch != nullptr && !cuda) continue;
+    ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
+    for (DType dtype : {DType::bf16, DType::f16})
+      for (int64_t dim : {64, 128, 256}) {
+        SCOPED_TRACE(std::string(to_string(dtype)) + " D " + std::to_string(dim) +
+                     (rows_switch ? " FLASH_CUDA_DECODE_ROWS=32" : ""));
+        AttentionDesc d = base(dtype, hq, hkv, dim);
+        d.batch = 1;
+        d.seqlen_q = sq;
+        d.seqlen_kv = sk;
+        d.causal = true;
+        std::mt19937_64 rng(8);
+        Buffer q(dtype, sq * hq * dim), k(dtype, sk * hkv * dim), v = k, o(dtype, sq * hq * dim);
+        q.fill(rng);
+        k.fill(rng);
+        v.fill(rng);
+        // Key sk - 1 (seen by token sq - 1 only): NaN in column 3 of kv head 1; key sk - 2
+        // (tokens sq - 2 and sq - 1): inf in column 5 of kv head 0.
+        struct Poison {
+          int64_t key, head, col;
+          double value;
+        };
+        const Poison poisons[] = {{sk - 1, 1, 3, double(NAN)}, {sk - 2, 0, 5, double(INFINITY)}};
+        for (const Poison& x : poisons) v.set((x.key * hkv + x.head) * dim + x.col, x.value);
+        o.poison();
+        if (!run(d, [&] { attention(d, q.data(), k.data(), v.data(), o.data()); })) continue;
+        int wrong = 0;
+        for (int64_t i = 0; i < sq; ++i)
+          for (int64_t h = 0; h < hq; ++h)
+            for (int64_t dd = 0; dd < dim; ++dd) {
+              bool non_finite = false;  // some key this row sees holds a non-finite value here
+              for (const Poison& x : poisons)
+                non_finite |= h / (hq / hkv) == x.head && dd == x.col && x.key <= i + sk - sq;
+              const double got = o.get((i * hq + h) * dim + dd);
+              if (std::isfinite(got) == non_finite && wrong++ < 5)
+                ADD_FAILURE() << "token " << i << " head " << h << " column " << dd << ": " << got;
+            }
+      }
+  }
+}
+
 // merge_partials of attention over disjoint key ranges equals attention over all keys,
 // including an empty part (lse = -inf).
 TEST_P(Inference, MergeOfKeySplitsEqualsUnsplit) {

@@ -10,11 +10,17 @@ namespace flash::cuda {
 
 struct DecodeParams;
 
-// Query rows per block (kM): 16, or 4 on the f32 kernel when seqlen_q · group fits.
-constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16;
+// Query rows per block (kM): 16 (one m16 tile); 4 on the f32 kernel when seqlen_q · group
+// fits; with FLASH_CUDA_DECODE_ROWS=32 (decode_plan.hpp) 32 on the tensor-core kernel (two
+// m16 tiles sharing each K/V tile) when more than 16 rows come and the padded head dim is
+// at most kDecodeTwoTileMaxDim (two tiles' O accumulators, kDim floats a lane, fit the
+// registers there; at 256 they would not). Not the default: measured beside 16-row chunks
+// (bench/RESULTS.md, session 24) it was faster at 64 rows and slower at some 32-row points.
+constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16, kDecodeRowsTwoTiles = 32;
+constexpr int kDecodeTwoTileMaxDim = 128;
 // The decode kernel is chosen when seqlen_q · group is at most this (and for every
-// paged cache, whatever its rows): up to 4 row chunks of kDecodeRowsLarge, each chunk's
-// blocks reading the same K/V (the later ones mostly from L2).
+// paged cache, whatever its rows): up to 4 row chunks of 16 (2 of 32), each chunk's blocks
+// reading the same K/V (the later ones mostly from L2).
 constexpr int kDecodeMaxRows = 4 * kDecodeRowsLarge;
 // Key splits per (sequence, kv head, row chunk): one wave of resident blocks,
 // each split at least kDecodeMinTilesPerWarp key tiles per warp.
@@ -31,10 +37,13 @@ constexpr int kDecodeMaxCluster = 16;
 
 // Padded head dim of the decode kernel: 64, 128 or 256.
 inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
-// Rows per block: the tensor-core kernel (f16/bf16) always takes an m16 tile; the f32
-// kernel takes 4 rows when they fit (its cost grows with the rows).
-inline int decode_rows(Dtype dtype, int rows) {
-  return dtype == Dtype::f32 && rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
+// Rows per block of `rows` packed rows at padded head dim `dim`: the f32 kernel takes 4 rows
+// when they fit (its cost grows with the rows), else 16; the tensor-core kernel (f16/bf16)
+// one m16 tile, or with `two_tiles` two where more than 16 rows come and dim allows.
+inline int decode_rows(Dtype dtype, int dim, int rows, bool two_tiles) {
+  if (dtype == Dtype::f32) return rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
+  return two_tiles && rows > kDecodeRowsLarge && dim <= kDecodeTwoTileMaxDim ? kDecodeRowsTwoTiles
+                                                                             : kDecodeRowsLarge;
 }
 
 // Warps per block and shared memory of a shape (for choose() and its name).
@@ -43,9 +52,10 @@ struct DecodeShapeInfo {
 };
 DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows);
 // How many clusters of `cluster` blocks of the tensor-core decode kernel (f16 / bf16, head
-// dim `dim`, with the cluster merge's receive area) the current device runs at once; 0 where
-// it runs none (cudaOccupancyMaxActiveClusters; the plan caches it per device, dim and size).
-int decode_max_active_clusters(int dim, int cluster);
+// dim `dim`, `rows` rows per block, with the cluster merge's receive area) the current device
+// runs at once; 0 where it runs none (cudaOccupancyMaxActiveClusters; the plan caches it per
+// device, dim, rows and size).
+int decode_max_active_clusters(int dim, int rows, int cluster);
 
 template <Dtype kDtype>
 void launch_decode(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream);

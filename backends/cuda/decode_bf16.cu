@@ -1,5 +1,5 @@
-// Split-KV decode instantiations for bf16 (decode_kernel.cuh): head dims 64/128/256 x
-// query rows per block 16 (4 for f32).
+// Split-KV decode instantiations for bf16 (decode_mma_kernel.cuh): head dims 64/128/256 x
+// query rows per block 16 (32 at head dims 64 / 128).
 #include "decode.hpp"
 #include "decode_mma_kernel.cuh"
 
@@ -16,14 +16,17 @@ void launch_decode<Dtype::bf16>(const DecodeParams& dp, int dim, int rows, int b
 namespace flash::cuda {
 
 // f16 and bf16 share the tensor-core shapes: the bf16 kernels answer for both.
-int decode_max_active_clusters(int dim, int cluster) {
+int decode_max_active_clusters(int dim, int rows, int cluster) {
+  const bool two = rows == kDecodeRowsTwoTiles;
   switch (dim) {
     case 64:
-      return decode_max_active_clusters_for<__nv_bfloat16, 64>(cluster);
+      return two ? decode_max_active_clusters_for<__nv_bfloat16, 64, 2>(cluster)
+                 : decode_max_active_clusters_for<__nv_bfloat16, 64, 1>(cluster);
     case 128:
-      return decode_max_active_clusters_for<__nv_bfloat16, 128>(cluster);
+      return two ? decode_max_active_clusters_for<__nv_bfloat16, 128, 2>(cluster)
+                 : decode_max_active_clusters_for<__nv_bfloat16, 128, 1>(cluster);
     default:
-      return decode_max_active_clusters_for<__nv_bfloat16, 256>(cluster);
+      return decode_max_active_clusters_for<__nv_bfloat16, 256, 1>(cluster);
   }
 }
 

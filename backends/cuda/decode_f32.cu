@@ -1,5 +1,5 @@
 // Split-KV decode instantiations for f32 (decode_kernel.cuh): head dims 64/128/256 x
-// query rows per block 16 (4 for f32).
+// query rows per block 4 or 16.
 #include "decode.hpp"
 #include "decode_mma_kernel.cuh"
 
@@ -36,11 +36,12 @@ DecodeShapeInfo decode_shape_info(Dtype dtype, int dim, int rows) {
     }
   }
   // f16 and bf16 share the tensor-core shapes.
+  const bool two = rows == kDecodeRowsTwoTiles;
   switch (dim) {
     case 64:
-      return info(DecodeMmaShape<__half, 64>{});
+      return two ? info(DecodeMmaShape<__half, 64, 2>{}) : info(DecodeMmaShape<__half, 64>{});
     case 128:
-      return info(DecodeMmaShape<__half, 128>{});
+      return two ? info(DecodeMmaShape<__half, 128, 2>{}) : info(DecodeMmaShape<__half, 128>{});
     default:
       return info(DecodeMmaShape<__half, 256>{});
   }

@@ -1,12 +1,15 @@
 // Split-KV decode forward on tensor cores (f16/bf16): the decode_split_kernel of
 // decode_kernel.cuh with both products on mma.sync m16n8k16, so the kernel stays
-// memory-bound up to 16 query rows per kv head (GQA heads x query tokens).
+// memory-bound up to 32 query rows per kv head (GQA heads x query tokens).
 //
-// A block owns (split, kv head, row chunk of 16 rows, sequence), as in decode_kernel.cuh.
-// Q (16 rows, zero-padded) sits in shared memory for the whole block; each warp streams
-// its own 32-key K and V tiles through a cp.async ring of kStages stages (swizzled
-// tiles, ldmatrix reads), computes S = Q·Kᵀ (16 x kKeys), the online softmax on the
-// accumulators (exact exponent form), and O += P·V with P in registers. Paged rows are
+// A block owns (split, kv head, row chunk, sequence), as in decode_kernel.cuh; a row chunk
+// is one m16 row tile, or with FLASH_CUDA_DECODE_ROWS=32 two (32 rows, head dims <= 128:
+// decode.hpp) that share every K/V tile, so 17-32 packed rows read K/V once (not the default:
+// the two-tile kernel spills in its exact path; measured in bench/RESULTS.md, session 24). Q (the chunk's rows, zero-padded) sits in
+// shared memory for the whole block; each warp streams its own kKeys-key K and V tiles
+// through a cp.async ring of kStages stages (swizzled tiles, ldmatrix reads), computes
+// S = Q·Kᵀ (kM x kKeys), the online softmax on the accumulators (exact exponent form), and
+// O += P·V with P in registers, each K / V fragment loaded once for the row tiles. Paged rows are
 // addressed per key (the lane of a key looks up its page two tiles ahead of the tile's
 // copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
 // masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
@@ -40,10 +43,11 @@ namespace flash::cuda {
 #define FLASH_DECODE_RING_KB 192
 #endif
 
-template <class T, int kDim_>
+template <class T, int kDim_, int kRowTiles_ = 1>
 struct DecodeMmaShape {
   static constexpr int kDim = kDim_;
-  static constexpr int kM = 16;                         // query rows per block: one m16 tile
+  static constexpr int kRowTiles = kRowTiles_;          // m16 row tiles sharing each K/V tile
+  static constexpr int kM = 16 * kRowTiles;             // query rows per block
   static constexpr int kKeys = FLASH_DECODE_TILE_KEYS;  // keys per warp tile
   static constexpr int kChunks = kDim / 8;              // 16-byte chunks per row
   static constexpr int kTileBytes = kKeys * kDim * 2;
@@ -71,11 +75,14 @@ struct DecodeMmaShape {
   static_assert(kKeys % 16 == 0 && kWarps >= 1, "whole k16 steps of P·V; at least a warp");
   static_assert(kChunks % 4 == 0, "swizzled rows are multiples of 64 bytes");
   static_assert((kKeys * kChunks) % 32 == 0, "whole copies per lane");
+  static_assert(kRowTiles == 1 || (kRowTiles == 2 && kDim <= 128),
+                "two row tiles' O accumulators (kDim floats a lane) fit the registers");
 };
 
 template <class T, class S>
 __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodeParams dp) {
-  constexpr int D = S::kDim, M = S::kM, W = S::kWarps, KT = S::kKeys, KC = S::kChunks;
+  constexpr int D = S::kDim, M = S::kM, RT = S::kRowTiles, W = S::kWarps, KT = S::kKeys,
+                KC = S::kChunks;
   constexpr int NT = KT / 8, OT = D / 8;  // n8 tiles of S and of O
   const FwdParams& p = dp.f;
   extern __shared__ __align__(128) unsigned char decode_smem[];
@@ -102,7 +109,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   const int k_begin = max(split * per_split, seen.begin);
   const int k_end = min(min(split * per_split + per_split, skv), seen.end);
 
-  // Q: 16 packed rows (query token r / group of head kv_head·group + r % group).
+  // Q: M packed rows (query token r / group of head kv_head·group + r % group).
   const T* qg = static_cast<const T*>(p.q);
   for (int idx = tid; idx < M * KC; idx += S::kThreads) {
     const int m = idx / KC, c = idx % KC, r = row0 + m;
@@ -114,30 +121,38 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   }
   cp_async_commit();
 
-  // Visible keys [lo, hi) of this lane's two rows (g, g + 8); empty past the last row.
-  // Rows past the last (padding of the m16 tile) are never written, so their masked keys
-  // do not need the exact P·V below: `real` keeps them out of `partial` (a decode step's
-  // 4 rows of 16 would otherwise take the V check on every tile).
-  int lo[2], hi[2];
-  bool real[2];
+  // Visible keys [lo, hi) of this lane's rows (g and g + 8 of each row tile t); empty past
+  // the last row. Rows past the last (padding of the m16 tiles) are never written, so their
+  // masked keys do not need the exact P·V below: `real` keeps them out of `partial` (a decode
+  // step's 4 rows of 16 would otherwise take the V check on every tile).
+  int lo[RT][2], hi[RT][2];
+  bool real[RT][2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row0 + g + 8 * h;
-    real[h] = r < rows_total;
-    const KeyRange kr = real[h] ? visible_keys(mask, r / p.group, r / p.group) : KeyRange{0, 0};
-    lo[h] = kr.begin;
-    hi[h] = kr.end;
-  }
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 16 * t + g + 8 * h;
+      real[t][h] = r < rows_total;
+      const KeyRange kr =
+          real[t][h] ? visible_keys(mask, r / p.group, r / p.group) : KeyRange{0, 0};
+      lo[t][h] = kr.begin;
+      hi[t][h] = kr.end;
+    }
 
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
   const float cap_in = use_softcap ? p.scale / p.softcap : 0.f;
 
-  float acc[OT][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float acc[RT][OT][4], row_max[RT][2], row_sum[RT][2];
 #pragma unroll
-  for (int nt = 0; nt < OT; ++nt)
+  for (int t = 0; t < RT; ++t) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    for (int h = 0; h < 2; ++h) row_max[t][h] = -INFINITY, row_sum[t][h] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][nt][e] = 0.f;
+  }
 
   const int tiles = k_begin < k_end ? (k_end - k_begin + KT - 1) / KT : 0;
   const int my_tiles = tiles > warp ? (tiles - warp + W - 1) / W : 0;
@@ -226,62 +241,70 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     const int stage_off = (n % S::kStages) * S::kStageBytes;
     const int k0 = k_begin + (warp + W * n) * KT;
 
-    // ---- S = Q·Kᵀ: 16 rows x KT keys ---------------------------------------------------
-    float s[NT][4];
+    // ---- S = Q·Kᵀ: M rows x KT keys (each K fragment loaded once for the row tiles) ----
+    float s[RT][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int t = 0; t < RT; ++t)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[t][nt][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, q_addr(0, kk * 2));
+      uint32_t a[RT][4];
+#pragma unroll
+      for (int t = 0; t < RT; ++t) ldmatrix_x4(a[t], q_addr(16 * t, kk * 2));
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; ++nt2) {
         uint32_t bk[4];
         ldmatrix_x4(bk, k_addr(nt2 * 16, kk * 2) + stage_off);
-        mma_16816<T>(s[2 * nt2], a, bk[0], bk[1]);
-        mma_16816<T>(s[2 * nt2 + 1], a, bk[2], bk[3]);
+#pragma unroll
+        for (int t = 0; t < RT; ++t) {
+          mma_16816<T>(s[t][2 * nt2], a[t], bk[0], bk[1]);
+          mma_16816<T>(s[t][2 * nt2 + 1], a[t], bk[2], bk[3]);
+        }
       }
     }
-    // ---- softcap, mask, online softmax (rows g and g + 8) ------------------------------
+    // ---- softcap, mask, online softmax (rows g and g + 8 of each row tile) -------------
     bool partial = false;  // some pair of a key below k_end masked for some real row
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
+    for (int t = 0; t < RT; ++t)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = k0 + nt * 8 + tig * 2 + e;
-          float x = s[nt][2 * h + e];
-          if (use_softcap) x = p.softcap * tanhf(x * cap_in);
-          const bool visible = key < k_end && key >= lo[h] && key < hi[h];
-          partial |= real[h] && key < k_end && !visible;
-          x = visible ? x : -INFINITY;
-          s[nt][2 * h + e] = x;
-          mx = fmaxf(mx, x);
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = k0 + nt * 8 + tig * 2 + e;
+            float x = s[t][nt][2 * h + e];
+            if (use_softcap) x = p.softcap * tanhf(x * cap_in);
+            const bool visible = key < k_end && key >= lo[t][h] && key < hi[t][h];
+            partial |= real[t][h] && key < k_end && !visible;
+            x = visible ? x : -INFINITY;
+            s[t][nt][2 * h + e] = x;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float max_used, alpha;
+        online_softmax_max(row_max[t][h], mx, mult, max_used, alpha);
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = softmax_p(s[t][nt][2 * h + e], max_used, mult);
+            s[t][nt][2 * h + e] = pr;
+            sum += pr;
+          }
+        row_sum[t][h] = row_sum[t][h] * alpha + sum;  // per-thread partial, reduced at the end
+#pragma unroll
+        for (int nt = 0; nt < OT; ++nt) {
+          acc[t][nt][2 * h] *= alpha;
+          acc[t][nt][2 * h + 1] *= alpha;
         }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float max_used, alpha;
-      online_softmax_max(row_max[h], mx, mult, max_used, alpha);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = softmax_p(s[nt][2 * h + e], max_used, mult);
-          s[nt][2 * h + e] = pr;
-          sum += pr;
-        }
-      row_sum[h] = row_sum[h] * alpha + sum;  // per-thread partial, reduced at the end
-#pragma unroll
-      for (int nt = 0; nt < OT; ++nt) {
-        acc[nt][2 * h] *= alpha;
-        acc[nt][2 * h + 1] *= alpha;
       }
-    }
     // ---- O += P·V ----------------------------------------------------------------------
     const bool exact = __any_sync(0xffffffffu, partial) &&
                        __any_sync(0xffffffffu, own_v_nonfinite(n % S::kStages));
@@ -291,15 +314,19 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 #pragma unroll 1
       for (int j = 0; j < KT; ++j) {
         const int nt = j / 8, c = j % 8, src = 4 * g + c / 2;
-        float mine0 = 0.f, mine1 = 0.f;
+        float p0[RT], p1[RT];  // p of key j for this lane's rows g and g + 8 of each row tile
 #pragma unroll
-        for (int t = 0; t < NT; ++t)
-          if (t == nt) {
-            mine0 = (c & 1) ? s[t][1] : s[t][0];
-            mine1 = (c & 1) ? s[t][3] : s[t][2];
-          }
-        const float p0 = __shfl_sync(0xffffffffu, mine0, src);
-        const float p1 = __shfl_sync(0xffffffffu, mine1, src);
+        for (int t = 0; t < RT; ++t) {
+          float mine0 = 0.f, mine1 = 0.f;
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+            if (n == nt) {
+              mine0 = (c & 1) ? s[t][n][1] : s[t][n][0];
+              mine1 = (c & 1) ? s[t][n][3] : s[t][n][2];
+            }
+          p0[t] = __shfl_sync(0xffffffffu, mine0, src);
+          p1[t] = __shfl_sync(0xffffffffu, mine1, src);
+        }
 #pragma unroll
         for (int ot = 0; ot < OT; ++ot)
 #pragma unroll
@@ -308,27 +335,35 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
             const T vv = *reinterpret_cast<const T*>(
                 __cvta_shared_to_generic(tile_addr<KC>(vs, j, col / 8) + (col % 8) * 2));
             const float v = static_cast<float>(vv);
-            if (p0 != 0.f) acc[ot][e] = fmaf(p0, v, acc[ot][e]);
-            if (p1 != 0.f) acc[ot][2 + e] = fmaf(p1, v, acc[ot][2 + e]);
+#pragma unroll
+            for (int t = 0; t < RT; ++t) {
+              if (p0[t] != 0.f) acc[t][ot][e] = fmaf(p0[t], v, acc[t][ot][e]);
+              if (p1[t] != 0.f) acc[t][ot][2 + e] = fmaf(p1[t], v, acc[t][ot][2 + e]);
+            }
           }
       }
     } else {
-      uint32_t pf[KT / 16][4];
+      uint32_t pf[RT][KT / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < KT / 16; ++kk) {
-        pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        pf[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
+      for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int kk = 0; kk < KT / 16; ++kk) {
+          pf[t][kk][0] = pack2<T>(s[t][2 * kk][0], s[t][2 * kk][1]);
+          pf[t][kk][1] = pack2<T>(s[t][2 * kk][2], s[t][2 * kk][3]);
+          pf[t][kk][2] = pack2<T>(s[t][2 * kk + 1][0], s[t][2 * kk + 1][1]);
+          pf[t][kk][3] = pack2<T>(s[t][2 * kk + 1][2], s[t][2 * kk + 1][3]);
+        }
 #pragma unroll
       for (int kk = 0; kk < KT / 16; ++kk)
 #pragma unroll
         for (int nt2 = 0; nt2 < OT / 2; ++nt2) {
           uint32_t bv[4];
           ldmatrix_x4_trans(bv, v_addr(kk * 16, nt2 * 2) + stage_off);
-          mma_16816<T>(acc[2 * nt2], pf[kk], bv[0], bv[1]);
-          mma_16816<T>(acc[2 * nt2 + 1], pf[kk], bv[2], bv[3]);
+#pragma unroll
+          for (int t = 0; t < RT; ++t) {
+            mma_16816<T>(acc[t][2 * nt2], pf[t][kk], bv[0], bv[1]);
+            mma_16816<T>(acc[t][2 * nt2 + 1], pf[t][kk], bv[2], bv[3]);
+          }
         }
     }
     __syncwarp();  // this stage is refilled by a later load_tile
@@ -340,21 +375,23 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   __syncthreads();                               // every warp is done with its ring
   float* comb = reinterpret_cast<float*>(ring);  // [W][M][D + 2]
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    float* dst = comb + (warp * M + g + 8 * h) * (D + 2);
+  for (int t = 0; t < RT; ++t)
 #pragma unroll
-    for (int nt = 0; nt < OT; ++nt) {
-      dst[nt * 8 + tig * 2] = acc[nt][2 * h];
-      dst[nt * 8 + tig * 2 + 1] = acc[nt][2 * h + 1];
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[t][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      float* dst = comb + (warp * M + 16 * t + g + 8 * h) * (D + 2);
+#pragma unroll
+      for (int nt = 0; nt < OT; ++nt) {
+        dst[nt * 8 + tig * 2] = acc[t][nt][2 * h];
+        dst[nt * 8 + tig * 2 + 1] = acc[t][nt][2 * h + 1];
+      }
+      if (tig == 0) {
+        dst[D] = row_max[t][h];
+        dst[D + 1] = l;
+      }
     }
-    if (tig == 0) {
-      dst[D] = row_max[h];
-      dst[D + 1] = l;
-    }
-  }
   __syncthreads();
   decode_block_epilogue<T, D, M, W>(dp, comb, seq, b, kv_head, chunk, split, rows_total, mult,
                                     recv);
@@ -424,10 +461,11 @@ void allow_decode_clusters() {
     (void)cudaGetLastError();
 }
 
-// cudaOccupancyMaxActiveClusters for the tensor-core kernel of head dim kD (0 on error).
-template <class T, int kD>
+// cudaOccupancyMaxActiveClusters for the tensor-core kernel of head dim kD and kRowTiles
+// m16 row tiles (0 on error).
+template <class T, int kD, int kRowTiles>
 int decode_max_active_clusters_for(int cluster) {
-  using S = DecodeMmaShape<T, kD>;
+  using S = DecodeMmaShape<T, kD, kRowTiles>;
   allow_decode_clusters<T, S>();
   DecodeParams dp{};
   dp.splits = dp.cluster = cluster;
@@ -442,8 +480,9 @@ int decode_max_active_clusters_for(int cluster) {
   return clusters;
 }
 
-// Launches the decode kernel of a dtype: f16/bf16 on tensor cores (rows per block 16),
-// f32 on the plain-FMA decode_split_kernel (rows per block 4 or 16, decode.hpp).
+// Launches the decode kernel of a dtype: f16/bf16 on tensor cores (rows per block 16, or
+// 32 at head dims <= 128), f32 on the plain-FMA decode_split_kernel (rows per block 4 or
+// 16): decode.hpp's decode_rows.
 template <class T>
 void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cudaStream_t stream) {
   // Sequences on grid z, in launches of at most 65535.
@@ -458,14 +497,13 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
     }
   };
   const auto shape = [&](auto dim_tag, auto rows_tag) {
-    constexpr int kD = decltype(dim_tag)::value;
+    constexpr int kD = decltype(dim_tag)::value, kM = decltype(rows_tag)::value;
     if constexpr (std::is_same_v<T, float>) {
-      constexpr int kM = decltype(rows_tag)::value;
       using S = DecodeShape<T, kD, kM>;
       allow_dynamic_smem<decode_split_kernel<T, S>>(S::kSmemBytes);
       run(decode_split_kernel<T, S>, S::kThreads, S::kSmemBytes);
     } else {
-      using S = DecodeMmaShape<T, kD>;
+      using S = DecodeMmaShape<T, kD, kM / kDecodeRowsLarge>;
       allow_decode_clusters<T, S>();  // the larger limit serves both launches
       run(decode_mma_kernel<T, S>, S::kThreads,
           dp.cluster > 1 ? S::kClusterSmemBytes : S::kSmemBytes);
@@ -473,11 +511,14 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
   };
   using Small = std::integral_constant<int, kDecodeRowsSmall>;
   using Large = std::integral_constant<int, kDecodeRowsLarge>;
+  using TwoTiles = std::integral_constant<int, kDecodeRowsTwoTiles>;
   const auto by_rows = [&](auto dim_tag) {
-    if (rows == kDecodeRowsSmall && std::is_same_v<T, float>)
-      shape(dim_tag, Small{});
-    else
-      shape(dim_tag, Large{});
+    if constexpr (std::is_same_v<T, float>) {
+      if (rows == kDecodeRowsSmall) return shape(dim_tag, Small{});
+    } else if constexpr (decltype(dim_tag)::value <= kDecodeTwoTileMaxDim) {
+      if (rows == kDecodeRowsTwoTiles) return shape(dim_tag, TwoTiles{});
+    }
+    shape(dim_tag, Large{});
   };
   switch (dim) {
     case 64:

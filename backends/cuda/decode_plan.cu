@@ -19,17 +19,18 @@ struct DecodeShare {
 constexpr DecodeShare kDecodeClusterMinShare{7, 8};
 
 // The largest cluster size from 2 to max_size of which `clusters` clusters of the
-// tensor-core decode kernel run at once on the current device (`device`), or 1 where none
-// does; asked of cudaOccupancyMaxActiveClusters once per (device, dim, max_size, clusters).
-int decode_largest_cluster(int device, int dim, int max_size, int64_t clusters) {
+// tensor-core decode kernel (head dim `dim`, `rows` rows per block) run at once on the
+// current device (`device`), or 1 where none does; asked of cudaOccupancyMaxActiveClusters
+// once per (device, dim, rows, max_size, clusters).
+int decode_largest_cluster(int device, int dim, int rows, int max_size, int64_t clusters) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int64_t>, int> cache;
+  static std::map<std::tuple<int, int, int, int, int64_t>, int> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(device, dim, max_size, clusters);
+  const auto key = std::make_tuple(device, dim, rows, max_size, clusters);
   auto it = cache.find(key);
   if (it == cache.end()) {
     int size = max_size;
-    while (size >= 2 && decode_max_active_clusters(dim, size) < clusters) --size;
+    while (size >= 2 && decode_max_active_clusters(dim, rows, size) < clusters) --size;
     it = cache.emplace(key, std::max(size, 1)).first;
   }
   return it->second;
@@ -44,13 +45,18 @@ DecodeClusterMode decode_cluster_mode() {
                       : DecodeClusterMode::on;
 }
 
+bool decode_two_tile_rows() {
+  return flash::detail::env_switch("FLASH_CUDA_DECODE_ROWS", {"16", "32"}) == "32";
+}
+
 DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
   DecodePlan d;
   const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q * group;
   d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
   if (!d.use) return d;
   d.dim = decode_dim(static_cast<int>(std::max(p.head_dim, p.head_dim_v)));
-  d.rows = decode_rows(static_cast<Dtype>(p.dtype), static_cast<int>(rows));
+  d.rows = decode_rows(static_cast<Dtype>(p.dtype), d.dim, static_cast<int>(rows),
+                       decode_two_tile_rows());
   d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
   d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
   // A contiguous cache whose decode shape does not fit the device's shared memory (the
@@ -82,8 +88,8 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
 #endif
   const DecodeClusterMode mode = decode_cluster_mode();
   if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && mode != DecodeClusterMode::off) {
-    const int size =
-        decode_largest_cluster(device.device, d.dim, std::min(d.splits, kDecodeMaxCluster), units);
+    const int size = decode_largest_cluster(device.device, d.dim, d.rows,
+                                            std::min(d.splits, kDecodeMaxCluster), units);
     if (size >= 2 && (size * kDecodeClusterMinShare.den >= d.splits * kDecodeClusterMinShare.num ||
                       mode == DecodeClusterMode::any))
       d.splits = d.cluster = size;

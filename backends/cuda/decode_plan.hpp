@@ -31,4 +31,9 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device);
 enum class DecodeClusterMode { off, on, any };
 DecodeClusterMode decode_cluster_mode();
 
+// FLASH_CUDA_DECODE_ROWS: 16 (default) every tensor-core chunk is one m16 row tile; 32
+// chunks of 17-64 packed rows at head dims <= 128 are two m16 tiles sharing each K/V tile
+// (decode.hpp; A/B). Other values raise flash::Error.
+bool decode_two_tile_rows();
+
 }  // namespace flash::cuda
