@@ -600,10 +600,12 @@ TEST_P(Inference, DecodeSplitsInOneCluster) {
 // speculative decoding with Hq 64 sends): cuda's tensor-core decode takes them in chunks of
 // 16 rows, or with FLASH_CUDA_DECODE_ROWS=32 in chunks of 32, two m16 tiles sharing each K/V
 // tile, at padded head dims <= 128 (24 rows: the second tile half padding; 48: two chunks,
-// the second partly filled); cuda runs every case both ways and explain() must name the
-// chunk. Causal rows of different tokens in one chunk see different keys (per-row masks
-// inside a tile), with cache lengths, windows, softcap, paged caches (page 7, 16), head dim
-// 96 (columns past head_dim_v in the padded tile), lse.
+// the second partly filled; 64: two full ones); cuda runs every case both ways, and with 32
+// rows once more with FLASH_CUDA_DECODE_CLUSTER=0 (the splits merge through global memory,
+// decode_merge_if_last, instead of a cluster); explain() must name the chunk. Causal rows
+// of different tokens in one chunk see different keys (per-row masks inside a tile), with
+// cache lengths, windows, softcap, paged caches (page 7, 16), head dim 96 (columns past
+// head_dim_v in the padded tile), lse.
 TEST_P(Inference, DecodeRowChunks) {
   if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
   const int32_t sk = kSanitized ? 700 : 2000;
@@ -614,15 +616,23 @@ TEST_P(Inference, DecodeRowChunks) {
     bool lengths;
     bool two_tiles;  // cuda's chunk is 32 rows with FLASH_CUDA_DECODE_ROWS=32
   };
+  struct Setting {
+    const char* rows;     // FLASH_CUDA_DECODE_ROWS (null: unset)
+    const char* cluster;  // FLASH_CUDA_DECODE_CLUSTER
+  };
   const bool cuda = GetParam().backend == Backend::cuda;
-  for (const char* rows_switch : {static_cast<const char*>(nullptr), "32"}) {
+  for (const Setting setting :
+       {Setting{nullptr, nullptr}, Setting{"32", nullptr}, Setting{"32", "0"}}) {
+    const char* rows_switch = setting.rows;
     if (rows_switch != nullptr && !cuda) continue;
     ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
+    ScopedEnv cluster_env("FLASH_CUDA_DECODE_CLUSTER", setting.cluster);
     for (const Case c : {Case{DType::bf16, 128, 16, 3, 0, "causal", true, true},
                          Case{DType::f16, 64, 16, 4, 16, "causal", false, true},
                          Case{DType::bf16, 96, 8, 5, 0, "window", true, true},
                          Case{DType::bf16, 128, 16, 6, 0, "softcap", false, true},
                          Case{DType::bf16, 64, 32, 2, 7, "causal", true, true},
+                         Case{DType::f16, 128, 32, 4, 0, "causal", true, true},
                          Case{DType::bf16, 256, 16, 3, 0, "causal", true, false},
                          Case{DType::f32, 128, 16, 3, 0, "causal", true, false}}) {
       AttentionDesc d = base(c.dtype, c.hq, 2, c.dim);
@@ -646,7 +656,8 @@ TEST_P(Inference, DecodeRowChunks) {
       const std::string what = std::string("decode rows ") + std::to_string(c.hq / 2 * c.sq) +
                                " D " + std::to_string(c.dim) + " " + c.variant +
                                (c.page ? " page " + std::to_string(c.page) : "") +
-                               (rows_switch ? " (FLASH_CUDA_DECODE_ROWS=32)" : "");
+                               (rows_switch ? " (FLASH_CUDA_DECODE_ROWS=32)" : "") +
+                               (setting.cluster ? " (FLASH_CUDA_DECODE_CLUSTER=0)" : "");
       if (cuda) {
         d.backend = Backend::cuda;
         const std::string kernel = explain(d).kernel;

@@ -120,7 +120,7 @@ bool mask_bounded(const flash_problem& p) {
 // Whether a paged cache runs on the Hopper forward: more query rows (seqlen_q · group)
 // than the decode kernel takes, and pages of whole kPagedBoxRows-row boxes (the kernel's
 // page fields are ints). Any other paged cache runs on the decode kernel, which takes
-// every page size (page 1 included) but reads K/V once per 16 query rows.
+// every page size (page 1 included) but reads K/V once per 16 query rows (decode.hpp).
 bool fwd_paged_wgmma(const flash_problem& p, bool wgmma) {
   return wgmma && p.block_table != nullptr && p.page_size % kPagedBoxRows == 0 &&
          p.page_size < INT32_MAX && p.pages_per_seq < INT32_MAX && p.num_pages < INT32_MAX &&
@@ -151,6 +151,7 @@ void validate_switches() {
   (void)fwd_lpt_tail();
   (void)fwd_band_tile(flash_problem{}, false);
   (void)decode_cluster_mode();
+  (void)decode_two_tile_rows();
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -491,9 +492,9 @@ struct CudaBackend {
     const DeviceInfo d = current_device();
     if (const DecodePlan dec = forward_decode_plan(p, d); dec.use) {
       if (static_cast<int64_t>(p.heads_kv) * dec.row_chunks > 65535)
-        return Choice::decline("cuda backend: decode grid too large: heads_kv = " +
-                               std::to_string(p.heads_kv) + " x " + std::to_string(dec.row_chunks) +
-                               " row chunks of 16 query rows must be <= 65535");
+        return Choice::decline(
+            "cuda backend: decode grid too large: heads_kv = " + std::to_string(p.heads_kv) +
+            " x " + std::to_string(dec.row_chunks) + " row chunks must be <= 65535");
       if (dec.shape.smem_bytes > d.smem_optin)
         return Choice::decline("cuda backend: " + decode_name(p, dec) + " needs " +
                                std::to_string(dec.shape.smem_bytes) +

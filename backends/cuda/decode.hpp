@@ -12,10 +12,11 @@ struct DecodeParams;
 
 // Query rows per block (kM): 16 (one m16 tile); 4 on the f32 kernel when seqlen_q · group
 // fits; with FLASH_CUDA_DECODE_ROWS=32 (decode_plan.hpp) 32 on the tensor-core kernel (two
-// m16 tiles sharing each K/V tile) when more than 16 rows come and the padded head dim is
-// at most kDecodeTwoTileMaxDim (two tiles' O accumulators, kDim floats a lane, fit the
-// registers there; at 256 they would not). Not the default: measured beside 16-row chunks
-// (bench/RESULTS.md, session 24) it was faster at 64 rows and slower at some 32-row points.
+// m16 tiles sharing each K/V tile) for decode steps of 17 to kDecodeMaxRows rows when the
+// padded head dim is at most kDecodeTwoTileMaxDim (two tiles' O accumulators are kDim
+// floats a lane: at D 128 the kernel takes 255 registers and spills in its exact P·V path;
+// at 256 they would not fit at all). Not the default: beside 16-row chunks it measured 3-20 %
+// slower at most points (bench/RESULTS.md, session 24).
 constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16, kDecodeRowsTwoTiles = 32;
 constexpr int kDecodeTwoTileMaxDim = 128;
 // The decode kernel is chosen when seqlen_q · group is at most this (and for every
@@ -39,11 +40,13 @@ constexpr int kDecodeMaxCluster = 16;
 inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
 // Rows per block of `rows` packed rows at padded head dim `dim`: the f32 kernel takes 4 rows
 // when they fit (its cost grows with the rows), else 16; the tensor-core kernel (f16/bf16)
-// one m16 tile, or with `two_tiles` two where more than 16 rows come and dim allows.
+// one m16 tile, or with `two_tiles` two for a decode step of 17 to kDecodeMaxRows rows where
+// dim allows (paged prefill, more rows, keeps 16-row chunks: not measured with two tiles).
 inline int decode_rows(Dtype dtype, int dim, int rows, bool two_tiles) {
   if (dtype == Dtype::f32) return rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
-  return two_tiles && rows > kDecodeRowsLarge && dim <= kDecodeTwoTileMaxDim ? kDecodeRowsTwoTiles
-                                                                             : kDecodeRowsLarge;
+  const bool two =
+      two_tiles && rows > kDecodeRowsLarge && rows <= kDecodeMaxRows && dim <= kDecodeTwoTileMaxDim;
+  return two ? kDecodeRowsTwoTiles : kDecodeRowsLarge;
 }
 
 // Warps per block and shared memory of a shape (for choose() and its name).

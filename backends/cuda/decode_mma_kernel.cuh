@@ -1,16 +1,17 @@
 // Split-KV decode forward on tensor cores (f16/bf16): the decode_split_kernel of
-// decode_kernel.cuh with both products on mma.sync m16n8k16, so the kernel stays
-// memory-bound up to 32 query rows per kv head (GQA heads x query tokens).
+// decode_kernel.cuh with both products on mma.sync m16n8k16. One query token is
+// memory-bound; from 16 packed rows per kv head (GQA heads x query tokens) on, each warp's
+// work per key tile bounds it (bench/RESULTS.md, session 24).
 //
 // A block owns (split, kv head, row chunk, sequence), as in decode_kernel.cuh; a row chunk
 // is one m16 row tile, or with FLASH_CUDA_DECODE_ROWS=32 two (32 rows, head dims <= 128:
-// decode.hpp) that share every K/V tile, so 17-32 packed rows read K/V once (not the default:
-// the two-tile kernel spills in its exact path; measured in bench/RESULTS.md, session 24). Q (the chunk's rows, zero-padded) sits in
-// shared memory for the whole block; each warp streams its own kKeys-key K and V tiles
-// through a cp.async ring of kStages stages (swizzled tiles, ldmatrix reads), computes
-// S = Q·Kᵀ (kM x kKeys), the online softmax on the accumulators (exact exponent form), and
-// O += P·V with P in registers, each K / V fragment loaded once for the row tiles. Paged rows are
-// addressed per key (the lane of a key looks up its page two tiles ahead of the tile's
+// decode.hpp) that share every K/V tile, so 17-32 packed rows read K/V once (not the
+// default: the two-tile kernel spills in its exact path; bench/RESULTS.md, session 24). Q (the
+// chunk's rows, zero-padded) sits in shared memory for the whole block; each warp streams its own
+// kKeys-key K and V tiles through a cp.async ring of kStages stages (swizzled tiles, ldmatrix
+// reads), computes S = Q·Kᵀ (kM x kKeys), the online softmax on the accumulators (exact exponent
+// form), and O += P·V with P in registers, each K / V fragment loaded once for the row tiles. Paged
+// rows are addressed per key (the lane of a key looks up its page two tiles ahead of the tile's
 // copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
 // masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
 // reaches a row. Warps are combined in shared memory; one split writes o/lse, more write f32
@@ -23,8 +24,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "decode_kernel.cuh"
+#include "dispatch/backend_adapter.hpp"
 #include "fwd_tile_ops.cuh"
 
 namespace flash::cuda {
@@ -319,10 +322,10 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
         for (int t = 0; t < RT; ++t) {
           float mine0 = 0.f, mine1 = 0.f;
 #pragma unroll
-          for (int n = 0; n < NT; ++n)
-            if (n == nt) {
-              mine0 = (c & 1) ? s[t][n][1] : s[t][n][0];
-              mine1 = (c & 1) ? s[t][n][3] : s[t][n][2];
+          for (int n8 = 0; n8 < NT; ++n8)
+            if (n8 == nt) {
+              mine0 = (c & 1) ? s[t][n8][1] : s[t][n8][0];
+              mine1 = (c & 1) ? s[t][n8][3] : s[t][n8][2];
             }
           p0[t] = __shfl_sync(0xffffffffu, mine0, src);
           p1[t] = __shfl_sync(0xffffffffu, mine1, src);
@@ -518,6 +521,12 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
     } else if constexpr (decltype(dim_tag)::value <= kDecodeTwoTileMaxDim) {
       if (rows == kDecodeRowsTwoTiles) return shape(dim_tag, TwoTiles{});
     }
+    // decode_rows never pairs 32 rows with f32 or a wider dim (a 16-row launch would skip
+    // rows, unseen).
+    if (rows != kDecodeRowsLarge && !(std::is_same_v<T, float> && rows == kDecodeRowsSmall))
+      throw flash::detail::RuntimeFailure("cuda backend: internal: no decode kernel of " +
+                                          std::to_string(rows) + " rows per block at head dim " +
+                                          std::to_string(dim));
     shape(dim_tag, Large{});
   };
   switch (dim) {

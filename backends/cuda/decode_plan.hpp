@@ -32,8 +32,9 @@ enum class DecodeClusterMode { off, on, any };
 DecodeClusterMode decode_cluster_mode();
 
 // FLASH_CUDA_DECODE_ROWS: 16 (default) every tensor-core chunk is one m16 row tile; 32
-// chunks of 17-64 packed rows at head dims <= 128 are two m16 tiles sharing each K/V tile
-// (decode.hpp; A/B). Other values raise flash::Error.
+// decode steps of 17-64 packed rows at head dims <= 128 run as 32-row chunks, two m16 tiles
+// sharing each K/V tile (decode.hpp; A/B). Other values raise flash::Error (validated on
+// every call: cuda_backend.cu's validate_switches).
 bool decode_two_tile_rows();
 
 }  // namespace flash::cuda
