@@ -78,7 +78,7 @@ struct DecodeMmaShape {
   static_assert(kKeys % 16 == 0 && kWarps >= 1, "whole k16 steps of P·V; at least a warp");
   static_assert(kChunks % 4 == 0, "swizzled rows are multiples of 64 bytes");
   static_assert((kKeys * kChunks) % 32 == 0, "whole copies per lane");
-  static_assert(kRowTiles == 1 || (kRowTiles == 2 && kDim <= 128),
+  static_assert(kRowTiles == 1 || (kRowTiles == 2 && kDim <= kDecodeTwoTileMaxDim),
                 "two row tiles' O accumulators (kDim floats a lane) fit the registers");
 };
 
@@ -521,9 +521,9 @@ void launch_decode_for(const DecodeParams& dp, int dim, int rows, int batch, cud
     } else if constexpr (decltype(dim_tag)::value <= kDecodeTwoTileMaxDim) {
       if (rows == kDecodeRowsTwoTiles) return shape(dim_tag, TwoTiles{});
     }
-    // decode_rows never pairs 32 rows with f32 or a wider dim (a 16-row launch would skip
-    // rows, unseen).
-    if (rows != kDecodeRowsLarge && !(std::is_same_v<T, float> && rows == kDecodeRowsSmall))
+    // Every other pairing returned above; decode_rows never pairs 32 rows with f32 or a
+    // wider dim (a 16-row launch would skip rows, unseen).
+    if (rows != kDecodeRowsLarge)
       throw flash::detail::RuntimeFailure("cuda backend: internal: no decode kernel of " +
                                           std::to_string(rows) + " rows per block at head dim " +
                                           std::to_string(dim));
