@@ -598,11 +598,13 @@ TEST_P(Inference, DecodeSplitsInOneCluster) {
 
 // Decode problems of 17-64 packed rows per kv head (GQA group x query tokens, as
 // speculative decoding with Hq 64 sends): cuda's tensor-core decode takes them in chunks of
-// 16 rows, or with FLASH_CUDA_DECODE_ROWS=32 in chunks of 32, two m16 tiles sharing each K/V
-// tile, at padded head dims <= 128 (24 rows: the second tile half padding; 48: two chunks,
-// the second partly filled; 64: two full ones); cuda runs every case both ways, and with 32
-// rows once more with FLASH_CUDA_DECODE_CLUSTER=0 (the splits merge through global memory,
-// decode_merge_if_last, instead of a cluster); explain() must name the chunk. Causal rows
+// 32, two m16 tiles sharing each K/V tile, at padded head dims <= 128 (24 rows: the second
+// tile half padding; 48: two chunks, the second partly filled; 64: two full ones), or in
+// chunks of 16 (its plan picks one by the keys per split; DecodeRowChunkChoice pins that).
+// cuda runs every case under the plan's choice, forced to 16 rows and to 32
+// (FLASH_CUDA_DECODE_ROWS), and with 32 once more with FLASH_CUDA_DECODE_CLUSTER=0 (the
+// splits merge through global memory, decode_merge_if_last, instead of a cluster); explain()
+// must name the forced chunk. Causal rows
 // of different tokens in one chunk see different keys (per-row masks inside a tile), with
 // cache lengths, windows, softcap, paged caches (page 7, 16), head dim 96 (columns past
 // head_dim_v in the padded tile), lse.
@@ -621,10 +623,10 @@ TEST_P(Inference, DecodeRowChunks) {
     const char* cluster;  // FLASH_CUDA_DECODE_CLUSTER
   };
   const bool cuda = GetParam().backend == Backend::cuda;
-  for (const Setting setting :
-       {Setting{nullptr, nullptr}, Setting{"32", nullptr}, Setting{"32", "0"}}) {
+  for (const Setting setting : {Setting{nullptr, nullptr}, Setting{"16", nullptr},
+                                Setting{"32", nullptr}, Setting{"32", "0"}}) {
     const char* rows_switch = setting.rows;
-    if (rows_switch != nullptr && !cuda) continue;
+    if ((rows_switch != nullptr || setting.cluster != nullptr) && !cuda) continue;
     ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
     ScopedEnv cluster_env("FLASH_CUDA_DECODE_CLUSTER", setting.cluster);
     for (const Case c : {Case{DType::bf16, 128, 16, 3, 0, "causal", true, true},
@@ -652,16 +654,18 @@ TEST_P(Inference, DecodeRowChunks) {
                                rng, false);
         d.block_table = table.data();
       }
-      const int chunk = rows_switch != nullptr && c.two_tiles ? 32 : 16;
-      const std::string what = std::string("decode rows ") + std::to_string(c.hq / 2 * c.sq) +
-                               " D " + std::to_string(c.dim) + " " + c.variant +
-                               (c.page ? " page " + std::to_string(c.page) : "") +
-                               (rows_switch ? " (FLASH_CUDA_DECODE_ROWS=32)" : "") +
-                               (setting.cluster ? " (FLASH_CUDA_DECODE_CLUSTER=0)" : "");
+      const bool forced_two = rows_switch != nullptr && std::string(rows_switch) == "32";
+      const int chunk = forced_two && c.two_tiles ? 32 : 16;
+      const std::string what =
+          std::string("decode rows ") + std::to_string(c.hq / 2 * c.sq) + " D " +
+          std::to_string(c.dim) + " " + c.variant +
+          (c.page ? " page " + std::to_string(c.page) : "") +
+          (rows_switch ? std::string(" (FLASH_CUDA_DECODE_ROWS=") + rows_switch + ")" : "") +
+          (setting.cluster ? " (FLASH_CUDA_DECODE_CLUSTER=0)" : "");
       if (cuda) {
         d.backend = Backend::cuda;
         const std::string kernel = explain(d).kernel;
-        if (kernel.find("decode_") != std::string::npos)
+        if (rows_switch != nullptr && kernel.find("decode_") != std::string::npos)
           EXPECT_NE(kernel.find("_m" + std::to_string(chunk) + "_"), std::string::npos)
               << what << ": " << kernel;
       }
@@ -675,22 +679,48 @@ TEST_P(Inference, DecodeRowChunks) {
   }
 }
 
+// cuda's plan for 32 packed rows per kv head (Hq 64 / Hkv 8 x 4 tokens, bf16, D 128): two m16
+// tiles per chunk where each warp streams enough key tiles per split (B 8, 32k keys: 128
+// tiles), 16-row chunks where two tiles would leave each warp 4 (B 1, 8k keys: measured 31 %
+// slower, decode.hpp's kDecodeTwoTileMinTilesPerWarp), and at head dim 256 (no two-tile
+// kernel). Asks explain() only: nothing is allocated.
+TEST_P(Inference, DecodeRowChunkChoice) {
+  if (GetParam().backend != Backend::cuda) GTEST_SKIP() << "cuda's decode plan";
+  ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", nullptr);  // the plan's own choice
+  struct Case {
+    int64_t batch, keys, dim;
+    int chunk;
+  };
+  for (const Case c : {Case{8, 32768, 128, 32}, Case{1, 8192, 128, 16}, Case{8, 32768, 256, 16}}) {
+    AttentionDesc d = base(DType::bf16, 64, 8, c.dim);
+    d.batch = c.batch;
+    d.seqlen_q = 4;
+    d.seqlen_kv = c.keys;
+    d.causal = true;
+    d.backend = Backend::cuda;
+    const std::string kernel = explain(d).kernel;
+    EXPECT_NE(kernel.find("decode_"), std::string::npos) << kernel;
+    EXPECT_NE(kernel.find("_m" + std::to_string(c.chunk) + "_"), std::string::npos)
+        << "B " << c.batch << " keys " << c.keys << " D " << c.dim << ": " << kernel;
+  }
+}
+
 // NaN and inf in the values of the last two keys of a causal decode step of 4 tokens x
-// group 8 (32 rows per kv head: cuda's 16-row chunks, or with FLASH_CUDA_DECODE_ROWS=32 one
-// 32-row chunk at head dims 64 / 128; both are run): only the tokens that see a key may turn
-// non-finite, in its column only. Tensor cores multiply a hidden key's p = 0 by its v row
+// group 8 (32 rows per kv head: one 32-row chunk on cuda at head dims 64 / 128, or with
+// FLASH_CUDA_DECODE_ROWS=16 two 16-row chunks; both are run): only the tokens that see a key may
+// turn non-finite, in its column only. Tensor cores multiply a hidden key's p = 0 by its v row
 // (0·NaN = NaN): the decode's exact P·V must keep the other rows of the chunk finite.
 TEST_P(Inference, DecodeNonFiniteValueReachesOnlyTheRowsThatSeeIt) {
   if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
   const int64_t sq = 4, hq = 16, hkv = 2, sk = 1000;
   const bool cuda = GetParam().backend == Backend::cuda;
-  for (const char* rows_switch : {static_cast<const char*>(nullptr), "32"}) {
+  for (const char* rows_switch : {static_cast<const char*>(nullptr), "16"}) {
     if (rows_switch != nullptr && !cuda) continue;
     ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
     for (DType dtype : {DType::bf16, DType::f16})
       for (int64_t dim : {64, 128, 256}) {
         SCOPED_TRACE(std::string(to_string(dtype)) + " D " + std::to_string(dim) +
-                     (rows_switch ? " FLASH_CUDA_DECODE_ROWS=32" : ""));
+                     (rows_switch ? " FLASH_CUDA_DECODE_ROWS=16" : ""));
         AttentionDesc d = base(dtype, hq, hkv, dim);
         d.batch = 1;
         d.seqlen_q = sq;

@@ -151,7 +151,7 @@ void validate_switches() {
   (void)fwd_lpt_tail();
   (void)fwd_band_tile(flash_problem{}, false);
   (void)decode_cluster_mode();
-  (void)decode_two_tile_rows();
+  (void)decode_rows_mode();
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {

@@ -11,12 +11,11 @@ namespace flash::cuda {
 struct DecodeParams;
 
 // Query rows per block (kM): 16 (one m16 tile); 4 on the f32 kernel when seqlen_q · group
-// fits; with FLASH_CUDA_DECODE_ROWS=32 (decode_plan.hpp) 32 on the tensor-core kernel (two
-// m16 tiles sharing each K/V tile) for decode steps of 17 to kDecodeMaxRows rows when the
-// padded head dim is at most kDecodeTwoTileMaxDim (two tiles' O accumulators are kDim
-// floats a lane: at D 128 the kernel takes 255 registers and spills in its exact P·V path;
-// at 256 they would not fit at all). Not the default: beside 16-row chunks it measured 3-20 %
-// slower at most points (bench/RESULTS.md, session 24).
+// fits; 32 on the tensor-core kernel (two m16 tiles sharing each K/V tile) for decode steps
+// of 17 to kDecodeMaxRows rows when the padded head dim is at most kDecodeTwoTileMaxDim (two
+// tiles' O accumulators are kDim floats a lane: at 256 they would not fit) and each warp
+// streams at least kDecodeTwoTileMinTilesPerWarp key tiles per split (decode_plan.cu;
+// FLASH_CUDA_DECODE_ROWS, decode_plan.hpp, overrides it).
 constexpr int kDecodeRowsSmall = 4, kDecodeRowsLarge = 16, kDecodeRowsTwoTiles = 32;
 constexpr int kDecodeTwoTileMaxDim = 128;
 // The decode kernel is chosen when seqlen_q · group is at most this (and for every
@@ -32,6 +31,10 @@ constexpr int kDecodeMaxSplits = 128;
 #endif
 constexpr int kDecodeWaves = FLASH_DECODE_WAVES;
 constexpr int kDecodeMinTilesPerWarp = 4;
+// Two-tile chunks only where a split gives each warp at least this many key tiles: at 4
+// (B 1, 8k keys, Hq 64 x 4 tokens) they measured 31 % slower than 16-row chunks, at 16 (B 1,
+// 32k) 7 % faster (H200, bench/RESULTS.md, session 25).
+constexpr int kDecodeTwoTileMinTilesPerWarp = 16;
 // The most splits that merge through distributed shared memory as one thread block
 // cluster (16: a non-portable cluster size, which H100 / H200 allow).
 constexpr int kDecodeMaxCluster = 16;
@@ -40,8 +43,8 @@ constexpr int kDecodeMaxCluster = 16;
 inline int decode_dim(int dim) { return dim <= 64 ? 64 : dim <= 128 ? 128 : 256; }
 // Rows per block of `rows` packed rows at padded head dim `dim`: the f32 kernel takes 4 rows
 // when they fit (its cost grows with the rows), else 16; the tensor-core kernel (f16/bf16)
-// one m16 tile, or with `two_tiles` two for a decode step of 17 to kDecodeMaxRows rows where
-// dim allows (paged prefill, more rows, keeps 16-row chunks: not measured with two tiles).
+// one m16 tile, or with `two_tiles` allowed two for a decode step of 17 to kDecodeMaxRows rows
+// where dim allows (paged prefill, more rows, keeps 16-row chunks: not measured with two tiles).
 inline int decode_rows(Dtype dtype, int dim, int rows, bool two_tiles) {
   if (dtype == Dtype::f32) return rows <= kDecodeRowsSmall ? kDecodeRowsSmall : kDecodeRowsLarge;
   const bool two =

@@ -4,22 +4,24 @@
 // work per key tile bounds it (bench/RESULTS.md, session 24).
 //
 // A block owns (split, kv head, row chunk, sequence), as in decode_kernel.cuh; a row chunk
-// is one m16 row tile, or with FLASH_CUDA_DECODE_ROWS=32 two (32 rows, head dims <= 128:
-// decode.hpp) that share every K/V tile, so 17-32 packed rows read K/V once (not the
-// default: the two-tile kernel spills in its exact path; bench/RESULTS.md, session 24). Q (the
-// chunk's rows, zero-padded) sits in shared memory for the whole block; each warp streams its own
-// kKeys-key K and V tiles through a cp.async ring of kStages stages (swizzled tiles, ldmatrix
-// reads), computes S = Q·Kᵀ (kM x kKeys), the online softmax on the accumulators (exact exponent
-// form), and O += P·V with P in registers, each K / V fragment loaded once for the row tiles. Paged
-// rows are addressed per key (the lane of a key looks up its page two tiles ahead of the tile's
-// copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
-// masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
-// reaches a row. Warps are combined in shared memory; one split writes o/lse, more write f32
-// partials that the unit's last block merges (decode_merge_if_last), or, launched as one
-// cluster per unit (sm_90, when the clusters fit in one wave), store each column slice into
-// the shared memory of the block that owns it (decode_cluster_merge). Tolerance class: bf16/f16 P
-// and inputs into f32 accumulators (as the forward kernels). Speed: bench/RESULTS.md ("decode").
-// Run: FLASH_LOG=1 names decode_mma_* kernels.
+// is one m16 row tile, or for 17-64 packed rows at head dims <= 128 two (32 rows, decode.hpp;
+// FLASH_CUDA_DECODE_ROWS=16 keeps one for A/B) that share every K/V tile, so K/V are read once
+// per 32 rows. Q (the chunk's rows, zero-padded) sits in shared memory for the whole block; each
+// warp streams its own kKeys-key K and V tiles through a cp.async ring of kStages stages
+// (swizzled tiles, ldmatrix reads), computes S = Q·Kᵀ (kM x kKeys), the online softmax on the
+// accumulators (exact exponent form; no per-score mask on a tile every row sees whole, no O
+// rescale when no row max of the warp moved), and O += P·V with P in registers, each K / V
+// fragment loaded once for the row tiles. K/V rows are addressed per key (the lane of a key
+// looks up its page two tiles ahead of the tile's copies; the warp shares the row offsets
+// through shuffles). A tile where some (row, key) pair is masked and V holds a NaN or inf takes
+// a scalar P·V that skips p = 0, so a hidden key's V never reaches a row (value chunk by value
+// chunk, one 32-bit V read per key: no register spills). Warps are combined in shared memory;
+// one split writes o/lse, more write f32 partials that the unit's last block merges
+// (decode_merge_if_last), or, launched as one cluster per unit (sm_90, when the clusters fit in one
+// wave), store each column slice into the shared memory of the block that owns it
+// (decode_cluster_merge). Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the
+// forward kernels). Speed: bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_mma_*
+// kernels.
 #pragma once
 
 #include <atomic>
@@ -141,6 +143,10 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
       lo[t][h] = kr.begin;
       hi[t][h] = kr.end;
     }
+  // Keys every real row of the chunk sees, below k_end: [all_lo, all_hi) (a row's visible
+  // range moves up with its query token).
+  const int all_lo = visible_keys(mask, row_last / p.group, row_last / p.group).begin;
+  const int all_hi = min(visible_keys(mask, row0 / p.group, row0 / p.group).end, k_end);
 
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
@@ -173,11 +179,11 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
   // Issues the copies of the warp's n-th tile, whose page ids the lanes looked up
   // beforehand (`page`), into stage n % kStages.
   auto load_tile = [&](int n, int page) {
+    const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
     const KeyRowOffsets row =
         key_row_offsets(dp, seq, kv_head, tile_key(n), k_end, static_cast<int64_t>(page));
     const bool ok = row.ok;
     const int64_t k_off = row.k, v_off = row.v;
-    const uint32_t ks = my_ring + (n % S::kStages) * S::kStageBytes, vs = ks + S::kTileBytes;
 #pragma unroll
     for (int it = 0; it < KT * KC / 32; ++it) {
       const int idx = it * 32 + lane, r = idx / KC, c = idx % KC;
@@ -269,81 +275,105 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
       }
     }
     // ---- softcap, mask, online softmax (rows g and g + 8 of each row tile) -------------
+    // A tile whose keys every real row of the chunk sees (below k_end) takes no per-score
+    // mask: the multi-token decode is bound by issued instructions, not bytes.
+    const bool interior = k0 >= all_lo && k0 + KT <= all_hi;
     bool partial = false;  // some pair of a key below k_end masked for some real row
+    float alpha[RT][2];
+    const auto softmax = [&](auto masked) {
 #pragma unroll
-    for (int t = 0; t < RT; ++t)
+      for (int t = 0; t < RT; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
+        for (int h = 0; h < 2; ++h) {
+          float mx = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = k0 + nt * 8 + tig * 2 + e;
-            float x = s[t][nt][2 * h + e];
-            if (use_softcap) x = p.softcap * tanhf(x * cap_in);
-            const bool visible = key < k_end && key >= lo[t][h] && key < hi[t][h];
-            partial |= real[t][h] && key < k_end && !visible;
-            x = visible ? x : -INFINITY;
-            s[t][nt][2 * h + e] = x;
-            mx = fmaxf(mx, x);
-          }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float max_used, alpha;
-        online_softmax_max(row_max[t][h], mx, mult, max_used, alpha);
-        float sum = 0.f;
+            for (int e = 0; e < 2; ++e) {
+              float x = s[t][nt][2 * h + e];
+              if (use_softcap) x = p.softcap * tanhf(x * cap_in);
+              if constexpr (decltype(masked)::value) {
+                const int key = k0 + nt * 8 + tig * 2 + e;
+                const bool visible = key < k_end && key >= lo[t][h] && key < hi[t][h];
+                partial |= real[t][h] && key < k_end && !visible;
+                x = visible ? x : -INFINITY;
+              }
+              s[t][nt][2 * h + e] = x;
+              mx = fmaxf(mx, x);
+            }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float max_used;
+          online_softmax_max(row_max[t][h], mx, mult, max_used, alpha[t][h]);
+          float sum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = softmax_p(s[t][nt][2 * h + e], max_used, mult);
-            s[t][nt][2 * h + e] = pr;
-            sum += pr;
-          }
-        row_sum[t][h] = row_sum[t][h] * alpha + sum;  // per-thread partial, reduced at the end
+            for (int e = 0; e < 2; ++e) {
+              const float pr = softmax_p(s[t][nt][2 * h + e], max_used, mult);
+              s[t][nt][2 * h + e] = pr;
+              sum += pr;
+            }
+          row_sum[t][h] = row_sum[t][h] * alpha[t][h] + sum;  // per-thread partial
+        }
+    };
+    if (interior)
+      softmax(std::false_type{});
+    else
+      softmax(std::true_type{});
+    // O *= alpha, skipped when no row max of the warp moved (alpha = 1 exactly: most tiles).
+    bool moved = false;
+#pragma unroll
+    for (int t = 0; t < RT; ++t) moved |= alpha[t][0] != 1.f || alpha[t][1] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int t = 0; t < RT; ++t)
 #pragma unroll
         for (int nt = 0; nt < OT; ++nt) {
-          acc[t][nt][2 * h] *= alpha;
-          acc[t][nt][2 * h + 1] *= alpha;
+          acc[t][nt][0] *= alpha[t][0];
+          acc[t][nt][1] *= alpha[t][0];
+          acc[t][nt][2] *= alpha[t][1];
+          acc[t][nt][3] *= alpha[t][1];
         }
-      }
+    }
     // ---- O += P·V ----------------------------------------------------------------------
     const bool exact = __any_sync(0xffffffffu, partial) &&
                        __any_sync(0xffffffffu, own_v_nonfinite(n % S::kStages));
     if (exact) {
-      // Scalar P·V over this lane's accumulators, skipping p = 0 (masked) keys.
+      // Scalar P·V: per value chunk ot, key by key (one 32-bit V read per key), so that
+      // only one chunk's loads are in flight beside both tiles' O.
       const uint32_t vs = my_ring + stage_off + S::kTileBytes;
+#pragma unroll
+      for (int ot = 0; ot < OT; ++ot) {
 #pragma unroll 1
-      for (int j = 0; j < KT; ++j) {
-        const int nt = j / 8, c = j % 8, src = 4 * g + c / 2;
-        float p0[RT], p1[RT];  // p of key j for this lane's rows g and g + 8 of each row tile
+        for (int j = 0; j < KT; ++j) {
+          const int nt = j / 8, c = j % 8, src = 4 * g + c / 2;
+          uint32_t w;
+          asm volatile("ld.shared.b32 %0, [%1];\n"
+                       : "=r"(w)
+                       : "r"(tile_addr<KC>(vs, j, ot) + tig * 4));
+          const float2 v = unpack2<T>(w);
 #pragma unroll
-        for (int t = 0; t < RT; ++t) {
-          float mine0 = 0.f, mine1 = 0.f;
+          for (int t = 0; t < RT; ++t) {
+            float mine0 = 0.f, mine1 = 0.f;
 #pragma unroll
-          for (int n8 = 0; n8 < NT; ++n8)
-            if (n8 == nt) {
-              mine0 = (c & 1) ? s[t][n8][1] : s[t][n8][0];
-              mine1 = (c & 1) ? s[t][n8][3] : s[t][n8][2];
+            for (int n = 0; n < NT; ++n)
+              if (n == nt) {
+                mine0 = (c & 1) ? s[t][n][1] : s[t][n][0];
+                mine1 = (c & 1) ? s[t][n][3] : s[t][n][2];
+              }
+            const float p0 = __shfl_sync(0xffffffffu, mine0, src);
+            const float p1 = __shfl_sync(0xffffffffu, mine1, src);
+            if (p0 != 0.f) {
+              acc[t][ot][0] = fmaf(p0, v.x, acc[t][ot][0]);
+              acc[t][ot][1] = fmaf(p0, v.y, acc[t][ot][1]);
             }
-          p0[t] = __shfl_sync(0xffffffffu, mine0, src);
-          p1[t] = __shfl_sync(0xffffffffu, mine1, src);
-        }
-#pragma unroll
-        for (int ot = 0; ot < OT; ++ot)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = ot * 8 + tig * 2 + e;
-            const T vv = *reinterpret_cast<const T*>(
-                __cvta_shared_to_generic(tile_addr<KC>(vs, j, col / 8) + (col % 8) * 2));
-            const float v = static_cast<float>(vv);
-#pragma unroll
-            for (int t = 0; t < RT; ++t) {
-              if (p0[t] != 0.f) acc[t][ot][e] = fmaf(p0[t], v, acc[t][ot][e]);
-              if (p1[t] != 0.f) acc[t][ot][2 + e] = fmaf(p1[t], v, acc[t][ot][2 + e]);
+            if (p1 != 0.f) {
+              acc[t][ot][2] = fmaf(p1, v.x, acc[t][ot][2]);
+              acc[t][ot][3] = fmaf(p1, v.y, acc[t][ot][3]);
             }
           }
+        }
       }
     } else {
       uint32_t pf[RT][KT / 16][4];

@@ -45,8 +45,11 @@ DecodeClusterMode decode_cluster_mode() {
                       : DecodeClusterMode::on;
 }
 
-bool decode_two_tile_rows() {
-  return flash::detail::env_switch("FLASH_CUDA_DECODE_ROWS", {"16", "32"}) == "32";
+DecodeRowsMode decode_rows_mode() {
+  const std::string v = flash::detail::env_switch("FLASH_CUDA_DECODE_ROWS", {"16", "32"});
+  return v == "16"   ? DecodeRowsMode::one_tile
+         : v == "32" ? DecodeRowsMode::two_tiles
+                     : DecodeRowsMode::automatic;
 }
 
 DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
@@ -54,11 +57,35 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
   const int64_t group = p.heads_q / p.heads_kv, rows = p.seqlen_q * group;
   d.use = p.block_table != nullptr || rows <= kDecodeMaxRows;
   if (!d.use) return d;
+  const Dtype dtype = static_cast<Dtype>(p.dtype);
   d.dim = decode_dim(static_cast<int>(std::max(p.head_dim, p.head_dim_v)));
-  d.rows = decode_rows(static_cast<Dtype>(p.dtype), d.dim, static_cast<int>(rows),
-                       decode_two_tile_rows());
-  d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
-  d.shape = decode_shape_info(static_cast<Dtype>(p.dtype), d.dim, d.rows);
+  // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
+  // wave would leave most SMs idle at its end), each split at least
+  // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
+  int64_t units = 1;
+  const auto plan_rows = [&](int rows_per_block) {
+    d.rows = rows_per_block;
+    d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
+    d.shape = decode_shape_info(dtype, d.dim, d.rows);
+    units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
+    const int64_t per_sm = std::max(1, device.smem_optin / std::max(1, d.shape.smem_bytes));
+    const int64_t wave = static_cast<int64_t>(device.sms) * per_sm * kDecodeWaves;
+    const int64_t want = std::max<int64_t>(1, wave / units);
+    const int64_t by_keys = std::max<int64_t>(
+        1, p.seqlen_kv /
+               (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
+    d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
+  };
+  const DecodeRowsMode rows_mode = decode_rows_mode();
+  plan_rows(
+      decode_rows(dtype, d.dim, static_cast<int>(rows), rows_mode != DecodeRowsMode::one_tile));
+  // Two tiles halve the blocks of a unit's keys: on a short cache their splits become too
+  // short to pay for the block's start and merge, and 16-row chunks (which read the K/V
+  // twice, mostly from L2) are faster (bench/RESULTS.md, session 25).
+  if (d.rows == kDecodeRowsTwoTiles && rows_mode == DecodeRowsMode::automatic &&
+      p.seqlen_kv < static_cast<int64_t>(d.splits) * d.shape.warps * d.shape.tile_keys *
+                        kDecodeTwoTileMinTilesPerWarp)
+    plan_rows(kDecodeRowsLarge);
   // A contiguous cache whose decode shape does not fit the device's shared memory (the
   // 192 KB ring at head dims 128 / 256 on an sm_80 GPU, which allows 163 KB) runs on the
   // prefill kernels instead; a paged cache has no other kernel, and choose() declines it
@@ -67,17 +94,6 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
     d.use = false;
     return d;
   }
-  // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
-  // wave would leave most SMs idle at its end), each split at least
-  // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
-  const int64_t units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
-  const int64_t per_sm = std::max(1, device.smem_optin / std::max(1, d.shape.smem_bytes));
-  const int64_t wave = static_cast<int64_t>(device.sms) * per_sm * kDecodeWaves;
-  const int64_t want = std::max<int64_t>(1, wave / units);
-  const int64_t by_keys = std::max<int64_t>(
-      1, p.seqlen_kv /
-             (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
-  d.splits = static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, kDecodeMaxSplits));
   // The cluster merge (f16 / bf16, sm_90a code on compute capability 9.0: cluster_ops.cuh):
   // a unit's splits become one cluster of the largest size up to kDecodeMaxCluster for which
   // every unit's cluster runs at once (a second wave of clusters would idle most SMs), if

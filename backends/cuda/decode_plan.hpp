@@ -31,10 +31,12 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device);
 enum class DecodeClusterMode { off, on, any };
 DecodeClusterMode decode_cluster_mode();
 
-// FLASH_CUDA_DECODE_ROWS: 16 (default) every tensor-core chunk is one m16 row tile; 32
-// decode steps of 17-64 packed rows at head dims <= 128 run as 32-row chunks, two m16 tiles
-// sharing each K/V tile (decode.hpp; A/B). Other values raise flash::Error (validated on
-// every call: cuda_backend.cu's validate_switches).
-bool decode_two_tile_rows();
+// FLASH_CUDA_DECODE_ROWS: unset (default) a decode step of 17-64 packed rows at head dims
+// <= 128 runs as 32-row chunks, two m16 tiles sharing each K/V tile (decode.hpp), when each
+// warp still streams kDecodeTwoTileMinTilesPerWarp key tiles per split, else as 16-row
+// chunks; 32 two tiles wherever they apply, 16 one m16 tile always (A/B). Other values raise
+// flash::Error (validated on every call: cuda_backend.cu's validate_switches).
+enum class DecodeRowsMode { automatic, one_tile, two_tiles };
+DecodeRowsMode decode_rows_mode();
 
 }  // namespace flash::cuda

@@ -24,6 +24,8 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+}  // namespace
+
 std::vector<unsigned char> random_tensor(size_t elements, flash::DType dtype, uint64_t seed) {
   std::vector<unsigned char> out(elements * element_size(dtype));
   // 24 random bits give a float in [0, 1) with every value exactly representable.
@@ -34,8 +36,6 @@ std::vector<unsigned char> random_tensor(size_t elements, flash::DType dtype, ui
   }
   return out;
 }
-
-}  // namespace
 
 HostInputs make_host_inputs(const flash::AttentionDesc& desc, bool backward, uint64_t seed) {
   HostInputs in;

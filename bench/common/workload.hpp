@@ -17,6 +17,9 @@ struct HostInputs {
   std::vector<unsigned char> q, k, v, dout;
 };
 
+// `elements` seeded pseudo-random values of dtype, uniform with mean 0 and variance 1.
+std::vector<unsigned char> random_tensor(size_t elements, flash::DType dtype, uint64_t seed);
+
 // Seeded pseudo-random values with unit variance; the same (desc, seed) gives the same
 // bytes, so every backend and the reference see identical inputs.
 HostInputs make_host_inputs(const flash::AttentionDesc& desc, bool backward, uint64_t seed);
