@@ -1,5 +1,5 @@
 // Split-KV decode instantiations for bf16 (decode_mma_kernel.cuh): head dims 64/128/256 x
-// query rows per block 16 (32 at head dims 64 / 128 with FLASH_CUDA_DECODE_ROWS=32).
+// query rows per block 16, and 32 at head dims 64 / 128 (17-64 rows: decode_plan.cu).
 #include "decode.hpp"
 #include "decode_mma_kernel.cuh"
 

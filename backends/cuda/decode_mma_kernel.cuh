@@ -4,24 +4,25 @@
 // work per key tile bounds it (bench/RESULTS.md, session 24).
 //
 // A block owns (split, kv head, row chunk, sequence), as in decode_kernel.cuh; a row chunk
-// is one m16 row tile, or for 17-64 packed rows at head dims <= 128 two (32 rows, decode.hpp;
-// FLASH_CUDA_DECODE_ROWS=16 keeps one for A/B) that share every K/V tile, so K/V are read once
-// per 32 rows. Q (the chunk's rows, zero-padded) sits in shared memory for the whole block; each
-// warp streams its own kKeys-key K and V tiles through a cp.async ring of kStages stages
-// (swizzled tiles, ldmatrix reads), computes S = Q·Kᵀ (kM x kKeys), the online softmax on the
-// accumulators (exact exponent form; no per-score mask on a tile every row sees whole, no O
-// rescale when no row max of the warp moved), and O += P·V with P in registers, each K / V
-// fragment loaded once for the row tiles. K/V rows are addressed per key (the lane of a key
-// looks up its page two tiles ahead of the tile's copies; the warp shares the row offsets
-// through shuffles). A tile where some (row, key) pair is masked and V holds a NaN or inf takes
-// a scalar P·V that skips p = 0, so a hidden key's V never reaches a row (value chunk by value
-// chunk, one 32-bit V read per key: no register spills). Warps are combined in shared memory;
-// one split writes o/lse, more write f32 partials that the unit's last block merges
-// (decode_merge_if_last), or, launched as one cluster per unit (sm_90, when the clusters fit in one
-// wave), store each column slice into the shared memory of the block that owns it
-// (decode_cluster_merge). Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the
-// forward kernels). Speed: bench/RESULTS.md ("decode"). Run: FLASH_LOG=1 names decode_mma_*
-// kernels.
+// is one m16 row tile, or two (32 rows) that share every K/V tile, so K/V are read once per 32
+// rows: for 17-64 packed rows at head dims <= 128 where each warp streams enough key tiles per
+// split (decode.hpp, decode_plan.cu; FLASH_CUDA_DECODE_ROWS overrides it for A/B). Q (the chunk's
+// rows, zero-padded) sits in shared memory for the whole block; each warp streams its own kKeys-key
+// K and V tiles through a cp.async ring of kStages stages (swizzled tiles, ldmatrix reads),
+// computes S = Q·Kᵀ (kM x kKeys), the online softmax on the accumulators (exact exponent form; with
+// two tiles no per-score mask on a tile every row sees whole, no O rescale when no row max of the
+// warp moved), and O += P·V with P in registers, each K / V fragment loaded once for the row tiles.
+// K/V rows are addressed per key (the lane of a key looks up its page two tiles ahead of the tile's
+// copies; the warp shares the row offsets through shuffles). A tile where some (row, key) pair is
+// masked and V holds a NaN or inf takes a scalar P·V that skips p = 0, so a hidden key's V never
+// reaches a row (value chunk by value chunk, one 32-bit V read per key: no register spills). Warps
+// are combined in shared memory; one split writes o/lse, more write f32 partials that the unit's
+// last block merges (decode_merge_if_last), or, launched as one cluster per unit (sm_90, when the
+// clusters fit in one wave), store each column slice into the shared memory of the block that owns
+// it (decode_cluster_merge). Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the
+// forward kernels). Speed (H200, bf16, Hkv 8, B 8, >= 32k keys, of a device copy): one token
+// 0.98-1.09 at D 128, 1.06-1.08 at D 256; Hq 64 x 4 tokens 0.91-1.02 (bench/RESULTS.md, session
+// 25). Run: FLASH_LOG=1 names decode_mma_* kernels; flashattn-decode-bench.
 #pragma once
 
 #include <atomic>
@@ -275,9 +276,11 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
       }
     }
     // ---- softcap, mask, online softmax (rows g and g + 8 of each row tile) -------------
-    // A tile whose keys every real row of the chunk sees (below k_end) takes no per-score
-    // mask: the multi-token decode is bound by issued instructions, not bytes.
-    const bool interior = k0 >= all_lo && k0 + KT <= all_hi;
+    // With two row tiles (a multi-token decode, bound by issued instructions, not bytes) a
+    // tile whose keys every real row of the chunk sees (below k_end) takes no per-score
+    // mask, and O is rescaled only when some row max of the warp moved. One tile keeps the
+    // plain path: the two cuts measured 1-2 % slower there (bench/RESULTS.md, session 25).
+    const bool interior = RT > 1 && k0 >= all_lo && k0 + KT <= all_hi;
     bool partial = false;  // some pair of a key below k_end masked for some real row
     float alpha[RT][2];
     const auto softmax = [&](auto masked) {
@@ -321,11 +324,11 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
       softmax(std::false_type{});
     else
       softmax(std::true_type{});
-    // O *= alpha, skipped when no row max of the warp moved (alpha = 1 exactly: most tiles).
+    // O *= alpha; with two tiles skipped when no row max of the warp moved (alpha = 1 exactly).
     bool moved = false;
 #pragma unroll
     for (int t = 0; t < RT; ++t) moved |= alpha[t][0] != 1.f || alpha[t][1] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) {
+    if (RT == 1 || __any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int t = 0; t < RT; ++t)
 #pragma unroll
