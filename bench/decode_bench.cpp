@@ -113,19 +113,29 @@ bench::TimingPlan timing_plan(int iters) {
 }
 
 // Random values, not a constant: with equal scores no row max ever moves after the first
-// key tile, which would hide the cost of rescaling O. A block of kFillBlockElements is
-// made once per tensor and repeated (each split of the keys is far shorter than a block,
-// so every split sees distinct keys); host-side generation of a whole 2 GB cache would
-// cost more than the measurement.
+// key tile, which would hide the cost of rescaling O. One block of kFillBlockElements random
+// values is made per tensor (host-side generation of a whole 2 GB cache would cost more than
+// the measurement) and copied over the buffer, each copy starting kFillShiftStride elements
+// further into it (modulo kFillShiftElements): a split longer than a block (B 8, 128k keys:
+// 64k keys a split, 16k keys a block at Hkv 8, D 128) still meets new keys, whose scores can
+// move a row max as fresh random keys would.
 constexpr size_t kFillBlockElements = size_t{1} << 24;
+constexpr size_t kFillShiftElements = 4096, kFillShiftStride = 1031;
+// Odd: copies 1 .. 63 never shift by a multiple of 64 elements, so no key row of a copy lines
+// up with one of the first copy (head dims are multiples of 64 here; 64 copies are 1G elements).
+static_assert(kFillShiftStride % 2 == 1 && kFillShiftElements % 64 == 0);
 
 void fill_random(bench::Device& dev, bench::DeviceBuffer& buf, flash::DType dtype, uint64_t seed) {
   const size_t eb = bench::element_size(dtype), elements = buf.bytes() / eb;
-  const std::vector<unsigned char> block =
-      bench::random_tensor(std::min(elements, kFillBlockElements), dtype, seed);
-  for (size_t at = 0; at < buf.bytes(); at += block.size())
-    dev.upload(static_cast<unsigned char*>(buf.data()) + at, block.data(),
-               std::min(block.size(), buf.bytes() - at));
+  const size_t block = std::min(elements, kFillBlockElements);
+  const std::vector<unsigned char> values =
+      bench::random_tensor(block + kFillShiftElements, dtype, seed);
+  size_t copy = 0;
+  for (size_t at = 0; at < elements; at += block, ++copy) {
+    const size_t shift = copy * kFillShiftStride % kFillShiftElements;
+    dev.upload(static_cast<unsigned char*>(buf.data()) + at * eb, values.data() + shift * eb,
+               std::min(block, elements - at) * eb);
+  }
 }
 
 }  // namespace

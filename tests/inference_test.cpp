@@ -600,11 +600,11 @@ TEST_P(Inference, DecodeSplitsInOneCluster) {
 // speculative decoding with Hq 64 sends): cuda's tensor-core decode takes them in chunks of
 // 32, two m16 tiles sharing each K/V tile, at padded head dims <= 128 (24 rows: the second
 // tile half padding; 48: two chunks, the second partly filled; 64: two full ones), or in
-// chunks of 16 (its plan picks one by the keys per split; DecodeRowChunkChoice pins that).
-// cuda runs every case under the plan's choice, forced to 16 rows and to 32
+// chunks of 16 (its plan picks one by the keys per split, DecodeRowChunkChoice pins that; at
+// these cache lengths it would pick 16). cuda runs every case forced to 16 rows and to 32
 // (FLASH_CUDA_DECODE_ROWS), and with 32 once more with FLASH_CUDA_DECODE_CLUSTER=0 (the
 // splits merge through global memory, decode_merge_if_last, instead of a cluster); explain()
-// must name the forced chunk. Causal rows
+// must name the chunk. Other backends run each case once. Causal rows
 // of different tokens in one chunk see different keys (per-row masks inside a tile), with
 // cache lengths, windows, softcap, paged caches (page 7, 16), head dim 96 (columns past
 // head_dim_v in the padded tile), lse.
@@ -619,14 +619,15 @@ TEST_P(Inference, DecodeRowChunks) {
     bool two_tiles;  // cuda's chunk is 32 rows with FLASH_CUDA_DECODE_ROWS=32
   };
   struct Setting {
-    const char* rows;     // FLASH_CUDA_DECODE_ROWS (null: unset)
+    const char* rows;     // FLASH_CUDA_DECODE_ROWS (null: unset, off cuda)
     const char* cluster;  // FLASH_CUDA_DECODE_CLUSTER
   };
   const bool cuda = GetParam().backend == Backend::cuda;
-  for (const Setting setting : {Setting{nullptr, nullptr}, Setting{"16", nullptr},
-                                Setting{"32", nullptr}, Setting{"32", "0"}}) {
+  const std::vector<Setting> settings =
+      cuda ? std::vector<Setting>{{"16", nullptr}, {"32", nullptr}, {"32", "0"}}
+           : std::vector<Setting>{{nullptr, nullptr}};
+  for (const Setting setting : settings) {
     const char* rows_switch = setting.rows;
-    if ((rows_switch != nullptr || setting.cluster != nullptr) && !cuda) continue;
     ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
     ScopedEnv cluster_env("FLASH_CUDA_DECODE_CLUSTER", setting.cluster);
     for (const Case c : {Case{DType::bf16, 128, 16, 3, 0, "causal", true, true},
@@ -683,7 +684,8 @@ TEST_P(Inference, DecodeRowChunks) {
 // tiles per chunk where each warp streams enough key tiles per split (B 8, 32k keys: 128
 // tiles), 16-row chunks where two tiles would leave each warp 4 (B 1, 8k keys: measured 31 %
 // slower, decode.hpp's kDecodeTwoTileMinTilesPerWarp), and at head dim 256 (no two-tile
-// kernel). Asks explain() only: nothing is allocated.
+// kernel). Asks explain() only: nothing is allocated. (B 1 8k keeps 16 rows on any GPU of
+// 40 SMs or more: fewer would give the two-tile plan few enough splits.)
 TEST_P(Inference, DecodeRowChunkChoice) {
   if (GetParam().backend != Backend::cuda) GTEST_SKIP() << "cuda's decode plan";
   ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", nullptr);  // the plan's own choice
@@ -699,28 +701,32 @@ TEST_P(Inference, DecodeRowChunkChoice) {
     d.causal = true;
     d.backend = Backend::cuda;
     const std::string kernel = explain(d).kernel;
-    EXPECT_NE(kernel.find("decode_"), std::string::npos) << kernel;
+    // A GPU whose shared memory does not hold the decode ring (sm_8x: 99-163 KB) runs
+    // contiguous caches on the prefill kernels (backends/cuda/README.md).
+    if (kernel.find("decode_") == std::string::npos)
+      GTEST_SKIP() << "no decode kernel on this GPU (shared memory): " << kernel;
     EXPECT_NE(kernel.find("_m" + std::to_string(c.chunk) + "_"), std::string::npos)
         << "B " << c.batch << " keys " << c.keys << " D " << c.dim << ": " << kernel;
   }
 }
 
 // NaN and inf in the values of the last two keys of a causal decode step of 4 tokens x
-// group 8 (32 rows per kv head: one 32-row chunk on cuda at head dims 64 / 128, or with
-// FLASH_CUDA_DECODE_ROWS=16 two 16-row chunks; both are run): only the tokens that see a key may
-// turn non-finite, in its column only. Tensor cores multiply a hidden key's p = 0 by its v row
-// (0·NaN = NaN): the decode's exact P·V must keep the other rows of the chunk finite.
+// group 8 (32 rows per kv head; on cuda under the plan's choice, which is two 16-row chunks
+// at this cache length, forced to 16 and forced to one 32-row chunk at head dims 64 / 128,
+// FLASH_CUDA_DECODE_ROWS=32, whose exact P·V path is the two-tile one): only the tokens that see a
+// key may turn non-finite, in its column only. Tensor cores multiply a hidden key's p = 0 by its v
+// row (0·NaN = NaN): the decode's exact P·V must keep the other rows of the chunk finite.
 TEST_P(Inference, DecodeNonFiniteValueReachesOnlyTheRowsThatSeeIt) {
   if (GetParam().backend == Backend::reference) GTEST_SKIP() << "the oracle itself";
   const int64_t sq = 4, hq = 16, hkv = 2, sk = 1000;
   const bool cuda = GetParam().backend == Backend::cuda;
-  for (const char* rows_switch : {static_cast<const char*>(nullptr), "16"}) {
+  for (const char* rows_switch : {static_cast<const char*>(nullptr), "16", "32"}) {
     if (rows_switch != nullptr && !cuda) continue;
     ScopedEnv rows_env("FLASH_CUDA_DECODE_ROWS", rows_switch);
     for (DType dtype : {DType::bf16, DType::f16})
       for (int64_t dim : {64, 128, 256}) {
         SCOPED_TRACE(std::string(to_string(dtype)) + " D " + std::to_string(dim) +
-                     (rows_switch ? " FLASH_CUDA_DECODE_ROWS=16" : ""));
+                     (rows_switch ? std::string(" FLASH_CUDA_DECODE_ROWS=") + rows_switch : ""));
         AttentionDesc d = base(dtype, hq, hkv, dim);
         d.batch = 1;
         d.seqlen_q = sq;

@@ -33,7 +33,7 @@ constexpr int kDecodeWaves = FLASH_DECODE_WAVES;
 constexpr int kDecodeMinTilesPerWarp = 4;
 // Two-tile chunks only where a split gives each warp at least this many key tiles: at 4
 // (B 1, 8k keys, Hq 64 x 4 tokens) they measured 31 % slower than 16-row chunks, at 16 (B 1,
-// 32k) 7 % faster (H200, bench/RESULTS.md, session 25).
+// 32k) 2 % faster, with 64 tiles or more 20-35 % (H200, bench/RESULTS.md, session 25).
 constexpr int kDecodeTwoTileMinTilesPerWarp = 16;
 // The most splits that merge through distributed shared memory as one thread block
 // cluster (16: a non-portable cluster size, which H100 / H200 allow).

@@ -21,8 +21,8 @@
 // clusters fit in one wave), store each column slice into the shared memory of the block that owns
 // it (decode_cluster_merge). Tolerance class: bf16/f16 P and inputs into f32 accumulators (as the
 // forward kernels). Speed (H200, bf16, Hkv 8, B 8, >= 32k keys, of a device copy): one token
-// 0.98-1.09 at D 128, 1.06-1.08 at D 256; Hq 64 x 4 tokens 0.91-1.02 (bench/RESULTS.md, session
-// 25). Run: FLASH_LOG=1 names decode_mma_* kernels; flashattn-decode-bench.
+// 1.01-1.09 at D 128 (Hq 32), 1.06-1.08 at D 256; Hq 64 x 4 tokens 0.91-1.02 (bench/RESULTS.md,
+// session 25). Run: FLASH_LOG=1 names decode_mma_* kernels; flashattn-decode-bench.
 #pragma once
 
 #include <atomic>
@@ -360,10 +360,10 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
           for (int t = 0; t < RT; ++t) {
             float mine0 = 0.f, mine1 = 0.f;
 #pragma unroll
-            for (int n = 0; n < NT; ++n)
-              if (n == nt) {
-                mine0 = (c & 1) ? s[t][n][1] : s[t][n][0];
-                mine1 = (c & 1) ? s[t][n][3] : s[t][n][2];
+            for (int n8 = 0; n8 < NT; ++n8)
+              if (n8 == nt) {
+                mine0 = (c & 1) ? s[t][n8][1] : s[t][n8][0];
+                mine1 = (c & 1) ? s[t][n8][3] : s[t][n8][2];
               }
             const float p0 = __shfl_sync(0xffffffffu, mine0, src);
             const float p1 = __shfl_sync(0xffffffffu, mine1, src);
