@@ -15,7 +15,7 @@ export PKG_CONFIG_PATH="$root/.carry/hwy/usr/lib/x86_64-linux-gnu/pkgconfig"
 sed -i "s|^prefix=.*|prefix=$root/.carry/hwy/usr|" "$PKG_CONFIG_PATH"/*.pc 2>/dev/null || true
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFLASHATTN_CPU=ON -DFLASHATTN_CUDA=ON -DFLASHATTN_HIP=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES=90a "$@" >/dev/null
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DFLASHATTN_CUDA_SPILL_CHECK=ON "$@" >/dev/null
 # Keep going past a failing target (ninja -k 0) so one broken test binary does not
 # stop the others; the failure is printed and the status says so.
 # BUILD_TARGETS (space-separated) limits the build to those targets and what they need.
