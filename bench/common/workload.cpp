@@ -1,7 +1,9 @@
 #include "common/workload.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <thread>
 
 #include "common/dtype.hpp"
 #include "common/problem.hpp"
@@ -12,6 +14,8 @@ namespace {
 // Uniform on [-sqrt(3), sqrt(3)): mean 0 and variance 1 like randn, but cheap enough
 // to fill the 100M-element tensors of the GPU shapes in well under a second.
 const float kUnitVarianceHalfWidth = std::sqrt(3.0f);
+// Tensors from this many elements on are filled by all of the host's threads.
+constexpr size_t kParallelFillElements = size_t{1} << 22;
 // Byte that makes every f32, f16 and bf16 element a NaN.
 constexpr int kNanByte = 0xff;
 
@@ -30,10 +34,23 @@ std::vector<unsigned char> random_tensor(size_t elements, flash::DType dtype, ui
   std::vector<unsigned char> out(elements * element_size(dtype));
   // 24 random bits give a float in [0, 1) with every value exactly representable.
   constexpr float kToUnit = 1.0f / 16777216.0f;
-  for (size_t i = 0; i < elements; ++i) {
-    const float unit = static_cast<float>(mix(seed * 0x100000001b3ull + i) >> 40) * kToUnit;
-    store_from_float(out.data(), i, dtype, (2.0f * unit - 1.0f) * kUnitVarianceHalfWidth);
-  }
+  const auto fill = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const float unit = static_cast<float>(mix(seed * 0x100000001b3ull + i) >> 40) * kToUnit;
+      store_from_float(out.data(), i, dtype, (2.0f * unit - 1.0f) * kUnitVarianceHalfWidth);
+    }
+  };
+  // Each element depends on (seed, index) alone, so the host's threads fill slices of it
+  // with the same bytes: a decode cache of 2^30 elements takes ~5 s on one core.
+  const size_t threads = elements < kParallelFillElements
+                             ? 1
+                             : std::max<size_t>(1, std::thread::hardware_concurrency());
+  std::vector<std::thread> workers;
+  const size_t slice = (elements + threads - 1) / threads;
+  for (size_t t = 1; t < threads; ++t)
+    workers.emplace_back(fill, std::min(elements, t * slice), std::min(elements, (t + 1) * slice));
+  fill(0, std::min(elements, slice));
+  for (std::thread& w : workers) w.join();
   return out;
 }
 
