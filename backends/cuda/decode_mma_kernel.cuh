@@ -324,21 +324,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
       softmax(std::false_type{});
     else
       softmax(std::true_type{});
-    // O *= alpha; with two tiles skipped when no row max of the warp moved (alpha = 1 exactly).
-    bool moved = false;
-#pragma unroll
-    for (int t = 0; t < RT; ++t) moved |= alpha[t][0] != 1.f || alpha[t][1] != 1.f;
-    if (RT == 1 || __any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int t = 0; t < RT; ++t)
-#pragma unroll
-        for (int nt = 0; nt < OT; ++nt) {
-          acc[t][nt][0] *= alpha[t][0];
-          acc[t][nt][1] *= alpha[t][0];
-          acc[t][nt][2] *= alpha[t][1];
-          acc[t][nt][3] *= alpha[t][1];
-        }
-    }
+    rescale_o<(RT > 1)>(acc, alpha);  // lazy with two tiles only (see above)
     // ---- O += P·V ----------------------------------------------------------------------
     const bool exact = __any_sync(0xffffffffu, partial) &&
                        __any_sync(0xffffffffu, own_v_nonfinite(n % S::kStages));
@@ -351,11 +337,7 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
 #pragma unroll 1
         for (int j = 0; j < KT; ++j) {
           const int nt = j / 8, c = j % 8, src = 4 * g + c / 2;
-          uint32_t w;
-          asm volatile("ld.shared.b32 %0, [%1];\n"
-                       : "=r"(w)
-                       : "r"(tile_addr<KC>(vs, j, ot) + tig * 4));
-          const float2 v = unpack2<T>(w);
+          const float2 v = unpack2<T>(lds32(tile_addr<KC>(vs, j, ot) + tig * 4));
 #pragma unroll
           for (int t = 0; t < RT; ++t) {
             float mine0 = 0.f, mine1 = 0.f;

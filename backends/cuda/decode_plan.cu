@@ -62,15 +62,14 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
   // Splits: one wave of blocks over the SMs (as many as fit at once: a second, partial
   // wave would leave most SMs idle at its end), each split at least
   // kDecodeMinTilesPerWarp key tiles per warp so a split streams more than it merges.
-  int64_t units = 1;
+  const auto units = [&] { return std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks); };
   const auto plan_rows = [&](int rows_per_block) {
     d.rows = rows_per_block;
     d.row_chunks = static_cast<int>((rows + d.rows - 1) / d.rows);
     d.shape = decode_shape_info(dtype, d.dim, d.rows);
-    units = std::max<int64_t>(1, p.batch * p.heads_kv * d.row_chunks);
     const int64_t per_sm = std::max(1, device.smem_optin / std::max(1, d.shape.smem_bytes));
     const int64_t wave = static_cast<int64_t>(device.sms) * per_sm * kDecodeWaves;
-    const int64_t want = std::max<int64_t>(1, wave / units);
+    const int64_t want = std::max<int64_t>(1, wave / units());
     const int64_t by_keys = std::max<int64_t>(
         1, p.seqlen_kv /
                (static_cast<int64_t>(d.shape.warps) * d.shape.tile_keys * kDecodeMinTilesPerWarp));
@@ -105,7 +104,7 @@ DecodePlan decode_plan(const flash_problem& p, const DecodeDevice& device) {
   const DecodeClusterMode mode = decode_cluster_mode();
   if (p.dtype != FLASH_F32 && sm90a && d.splits > 1 && mode != DecodeClusterMode::off) {
     const int size = decode_largest_cluster(device.device, d.dim, d.rows,
-                                            std::min(d.splits, kDecodeMaxCluster), units);
+                                            std::min(d.splits, kDecodeMaxCluster), units());
     if (size >= 2 && (size * kDecodeClusterMinShare.den >= d.splits * kDecodeClusterMinShare.num ||
                       mode == DecodeClusterMode::any))
       d.splits = d.cluster = size;

@@ -112,6 +112,12 @@ __device__ __forceinline__ bool has_nonfinite(uint4 w) {
   return has_nonfinite<T>(w.x) | has_nonfinite<T>(w.y) | has_nonfinite<T>(w.z) |
          has_nonfinite<T>(w.w);
 }
+// One 4-byte shared-memory load.
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t w;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(addr));
+  return w;
+}
 // One 16-byte shared-memory load.
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 w;

@@ -203,20 +203,7 @@ __global__ void __launch_bounds__(FwdPairDerived<C>::kThreads, 1)
             make_uint4(p_own[mt][kk][0], p_own[mt][kk][1], p_own[mt][kk][2], p_own[mt][kk][3]);
       }
     }
-    bool moved = false;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) moved |= row_alpha[mt][0] != 1.f || row_alpha[mt][1] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < OT; ++nt) {
-          acc_o[mt][nt][0] *= row_alpha[mt][0];
-          acc_o[mt][nt][1] *= row_alpha[mt][0];
-          acc_o[mt][nt][2] *= row_alpha[mt][1];
-          acc_o[mt][nt][3] *= row_alpha[mt][1];
-        }
-    }
+    rescale_o<true>(acc_o, row_alpha);
 
     cp_async_wait<0>();
     // V(tile) visible; every warp is done with K(tile); P halves written. A boundary tile

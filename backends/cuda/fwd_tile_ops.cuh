@@ -89,6 +89,27 @@ __device__ __forceinline__ float softmax_p(float score, float max_used, float mu
   return fast_exp2((score - max_used) * mult);
 }
 
+// O *= alpha for an m16n8 accumulator tile (e 0-1: row g, factor alpha[mt][0]; e 2-3: row
+// g + 8, alpha[mt][1]). kLazy: skipped when no row max of the warp moved (every alpha is 1
+// exactly, as after the first tiles a new maximum is rare); the vote costs more than the
+// multiplies it saves where O is narrow (each caller's measurement says where).
+template <bool kLazy, int MT, int OT>
+__device__ __forceinline__ void rescale_o(float (&acc)[MT][OT][4], const float (&alpha)[MT][2]) {
+  bool moved = false;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
+  if (kLazy && !__any_sync(0xffffffffu, moved)) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt) {
+      acc[mt][nt][0] *= alpha[mt][0];
+      acc[mt][nt][1] *= alpha[mt][0];
+      acc[mt][nt][2] *= alpha[mt][1];
+      acc[mt][nt][3] *= alpha[mt][1];
+    }
+}
+
 // The row's lse (natural log) from its max and sum; rows that saw no key: −inf. A NaN
 // sum (a NaN or inf − inf in the row) stays NaN, as in the reference.
 __device__ __forceinline__ float row_lse(float row_max, float row_sum, float mult) {
@@ -153,11 +174,7 @@ __device__ __forceinline__ void pv_visible_keys_only(float (&acc)[MT][OT][4], co
               const float pv = b == 0 ? p_rows[h].x : p_rows[h].y;
 #pragma unroll
               for (int nt = 0; nt < OT; ++nt) {
-                uint32_t w;
-                asm volatile("ld.shared.b32 %0, [%1];\n"
-                             : "=r"(w)
-                             : "r"(v_addr(key, nt) + tig * 4));
-                const float2 v = unpack2<T>(w);
+                const float2 v = unpack2<T>(lds32(v_addr(key, nt) + tig * 4));
                 acc[mt][nt][2 * h] = fmaf(pv, v.x, acc[mt][nt][2 * h]);
                 acc[mt][nt][2 * h + 1] = fmaf(pv, v.y, acc[mt][nt][2 * h + 1]);
               }
