@@ -9,7 +9,9 @@
 // registers away (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q
 // tile and of each visible K and V tile into a ring of kStages shared-memory stages, each
 // guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer done
-// with it). The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma with both
+// with it); each consumer's rows of Q have a full / empty pair of their own, so a consumer
+// starts its next work tile without waiting for the other's last S.
+// The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma with both
 // operands in shared memory (m64 x kBlockN), the online softmax on the accumulators
 // (fwd_tile_ops.cuh: exact exponent form, softcap, mask only on boundary tiles), then
 // O += P·V on wgmma with P from registers (the S accumulators of n8 blocks 2kk, 2kk+1
@@ -58,7 +60,9 @@
 // non-causal 1k-16k, D 64 causal +7.5 / +4 % and D 192 causal +7.5 / +2 % at 1k / 4k; of
 // cuDNN, interleaved, 4k / 16k: D 64 1.01 / 1.07, causal 0.94 / 1.07; D 128 0.94 / 0.99,
 // causal 0.99 / 1.08; D 256 0.99 / 1.08, causal 1.01 / 1.20; D 192 1.05 / 1.12, causal 1.03 /
-// 1.20.
+// 1.20. H200, session 26, per-consumer Q barriers (K(0) issued before the Qs): D 256 +3-9 %
+// (1k-16k, causal the most), D 64 0-2 %, D 128 1k +2-4 %, D 128 4k / 16k unchanged (0.95 /
+// 0.99 of cuDNN non-causal, 0.98 / 1.09 causal, interleaved).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -166,16 +170,21 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const uint32_t sK0 = sQ + Dv::kTileQBytes;  // stage s at + s * kTileKVBytes
   const uint32_t sV0 = sK0 + ST * Dv::kTileKVBytes;
   const uint32_t bars = sV0 + ST * Dv::kTileKVBytes;
-  const uint32_t full_q = bars;
-  const auto full_k = [&](int s) { return bars + 8 * (1 + s); };
-  const auto full_v = [&](int s) { return bars + 8 * (1 + ST + s); };
-  const auto empty_k = [&](int s) { return bars + 8 * (1 + 2 * ST + s); };
-  const auto empty_v = [&](int s) { return bars + 8 * (1 + 3 * ST + s); };
-
-  const uint32_t empty_q = bars + 8 * (1 + 4 * ST);
-  // The work tile, handed from the producer to the consumers in shared memory (written
-  // before full_q's arrival, read before the consumers' empty_q arrival: one slot).
-  __shared__ int tile_slot;
+  constexpr int WG = Dv::kConsumers;
+  // Consumer c's 64 rows of Q have their own full / empty pair: a consumer that finishes
+  // its work tile first starts the next one (its Q loaded as soon as its own last S has
+  // read the old one) instead of waiting for the other's last S, so the consumers' per-tile
+  // bubbles (the first S and softmax, the last P·V, the epilogue) need not line up.
+  // (Each consumer's pair side by side: one address register and an immediate offset.)
+  const auto full_q = [&](int c) { return bars + 16 * c; };
+  const auto empty_q = [&](int c) { return bars + 16 * c + 8; };
+  const auto full_k = [&](int s) { return bars + 8 * (2 * WG + s); };
+  const auto full_v = [&](int s) { return bars + 8 * (2 * WG + ST + s); };
+  const auto empty_k = [&](int s) { return bars + 8 * (2 * WG + 2 * ST + s); };
+  const auto empty_v = [&](int s) { return bars + 8 * (2 * WG + 3 * ST + s); };
+  // The work tile, handed from the producer to consumer c in shared memory (written before
+  // full_q(c)'s arrival, read before c's empty_q(c) arrival: one slot per consumer).
+  __shared__ int tile_slot[WG];
 
   // What a work tile covers; the producer and the consumers derive it alike, so both
   // count the same K/V tiles through the ring.
@@ -206,8 +215,11 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    mbar_init(full_q, 1);
-    mbar_init(empty_q, kConsumerThreads);
+#pragma unroll
+    for (int c = 0; c < WG; ++c) {
+      mbar_init(full_q(c), 1);
+      mbar_init(empty_q(c), 128);
+    }
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       mbar_init(full_k(s), 1);
@@ -263,63 +275,88 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     };
     int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
     for (int t = first_tile, n = 0;; ++n) {
-      mbar_wait(empty_q, (n & 1) ^ 1);  // the consumers are done with the previous Q
+      const int q_parity = (n & 1) ^ 1;  // consumer c is done with its previous Q
       if (t >= tp.total_tiles) {
-        if (leader) {
-          tile_slot = -1;
-          mbar_arrive(full_q);  // no copy: the phase completes on this arrival
+#pragma unroll
+        for (int c = 0; c < WG; ++c) {
+          mbar_wait(empty_q(c), q_parity);
+          if (leader) {
+            tile_slot[c] = -1;
+            mbar_arrive(full_q(c));  // no copy: the phase completes on this arrival
+          }
         }
         break;
       }
       const TileSpan sp = span_of(t);
-      if (leader) {
-        tile_slot = t;
+      // Consumer c's 64 rows of Q (a box of 64 rows per 64-column atom).
+      const auto load_q = [&](int c) {
+        mbar_wait(empty_q(c), q_parity);
+        if (!leader) return;
+        tile_slot[c] = t;
         if (sp.n_tiles == 0) {
-          mbar_arrive(full_q);  // nothing to load: the consumers write o = 0 or skip
+          mbar_arrive(full_q(c));  // nothing to load: the consumers write o = 0 or skip
+          return;
+        }
+        mbar_arrive_expect_tx(full_q(c), Dv::kTileQBytes / WG);
+#pragma unroll
+        for (int a = 0; a < D / 64; ++a)
+          tma_load_4d(sQ + a * BM * 128 + c * 64 * 128, q_map, full_q(c), a * 64,
+                      static_cast<int>(sp.seq.q_row) + sp.q0 + c * 64, sp.head,
+                      packed_q ? 0 : sp.batch);
+      };
+      const auto load_all_q = [&] {
+#pragma unroll
+        for (int c = 0; c < WG; ++c) load_q(c);
+      };
+      const int kv_head = sp.head / p.group, kv_batch = packed_kv ? 0 : sp.batch;
+      // Paged: this lane's box of K/V tile i (kept for its V) and of tile i + 1 (looked up
+      // one tile ahead).
+      int2 box{}, next_box = paged && sp.n_tiles > 0 ? paged_box(sp, sp.tile_begin * BN) : int2{};
+      // K or V of tile i into its stage: one box per lane when paged (the leader counts the
+      // whole tile's bytes), else one copy per 64-column atom from the leader.
+      const auto load_kv = [&](int i, uint32_t tile0, const CUtensorMap* map, const auto& full_of,
+                               const auto& empty_of) {
+        const int s = (ring + i) % ST, parity = ((ring + i) / ST) & 1;
+        const int k0 = (sp.tile_begin + i) * BN;
+        const uint32_t tile = tile0 + s * Dv::kTileKVBytes;
+        mbar_wait(empty_of(s), parity ^ 1);  // both consumers are done with tile i - ST
+        if (leader) mbar_arrive_expect_tx(full_of(s), Dv::kTileKVBytes);
+        if (paged) {
+          if (tid < boxes)
+#pragma unroll
+            for (int a = 0; a < D / 64; ++a)
+              tma_load_4d(tile + a * BN * 128 + tid * box_rows * 128, map, full_of(s), a * 64,
+                          box.x, kv_head, box.y);
         } else {
-          mbar_arrive_expect_tx(full_q, Dv::kTileQBytes);
 #pragma unroll
           for (int a = 0; a < D / 64; ++a)
-            tma_load_4d(sQ + a * BM * 128, q_map, full_q, a * 64,
-                        static_cast<int>(sp.seq.q_row) + sp.q0, sp.head, packed_q ? 0 : sp.batch);
+            tma_load_4d(tile + a * BN * 128, map, full_of(s), a * 64,
+                        static_cast<int>(sp.seq.kv_row) + k0, kv_head, kv_batch);
         }
-      }
-      const int kv_head = sp.head / p.group;
-      int2 next_box = paged && sp.n_tiles > 0 ? paged_box(sp, sp.tile_begin * BN) : int2{};
-      for (int i = 0; i < sp.n_tiles; ++i, ++ring) {
-        const int s = ring % ST, parity = (ring / ST) & 1, k0 = (sp.tile_begin + i) * BN;
-        const uint32_t sK = sK0 + s * Dv::kTileKVBytes, sV = sV0 + s * Dv::kTileKVBytes;
+      };
+      const auto load_k = [&](int i) {
         if (paged) {
-          const int2 box = next_box;
-          if (i + 1 < sp.n_tiles) next_box = paged_box(sp, k0 + BN);
-          // This lane's box of one K or V tile (the leader counts the whole tile's bytes).
-          const auto load_boxes = [&](uint32_t tile, const CUtensorMap* map, uint32_t full) {
-            if (leader) mbar_arrive_expect_tx(full, Dv::kTileKVBytes);
-            if (tid < boxes)
-#pragma unroll
-              for (int a = 0; a < D / 64; ++a)
-                tma_load_4d(tile + a * BN * 128 + tid * box_rows * 128, map, full, a * 64, box.x,
-                            kv_head, box.y);
-          };
-          mbar_wait(empty_k(s), parity ^ 1);
-          load_boxes(sK, k_map, full_k(s));
-          mbar_wait(empty_v(s), parity ^ 1);
-          load_boxes(sV, v_map, full_v(s));
-          continue;
+          box = next_box;
+          if (i + 1 < sp.n_tiles) next_box = paged_box(sp, (sp.tile_begin + i + 1) * BN);
         }
-        const int kv_row = static_cast<int>(sp.seq.kv_row) + k0,
-                  kv_batch = packed_kv ? 0 : sp.batch;
-        mbar_wait(empty_k(s), parity ^ 1);  // both consumers are done with K of tile i - ST
-        mbar_arrive_expect_tx(full_k(s), Dv::kTileKVBytes);
-#pragma unroll
-        for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sK + a * BN * 128, k_map, full_k(s), a * 64, kv_row, kv_head, kv_batch);
-        mbar_wait(empty_v(s), parity ^ 1);
-        mbar_arrive_expect_tx(full_v(s), Dv::kTileKVBytes);
-#pragma unroll
-        for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sV + a * BN * 128, v_map, full_v(s), a * 64, kv_row, kv_head, kv_batch);
+        load_kv(i, sK0, k_map, full_k, empty_k);
+      };
+      const auto load_v = [&](int i) { load_kv(i, sV0, v_map, full_v, empty_v); };
+      // K(0) goes before the Qs: its stage was freed by the previous tile's S products,
+      // while each Q waits for its own consumer's last S. V(0) after them (tile 0's P·V
+      // comes last). (Tile 0 is peeled: Q's coordinates are not held through the loop.)
+      if (sp.n_tiles == 0) {
+        load_all_q();
+      } else {
+        load_k(0);
+        load_all_q();
+        load_v(0);
       }
+      for (int i = 1; i < sp.n_tiles; ++i) {
+        load_k(i);
+        load_v(i);
+      }
+      ring += sp.n_tiles;
       // The next tile is taken once this one's copies are issued (its consumers are then
       // within kStages K/V tiles of its end), not when it starts: a block that took its
       // next tile at the start held it through a long causal tile while blocks that
@@ -345,7 +382,10 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 
   // ---- consumers: 64 query rows each ------------------------------------------------------
   warpgroup_reg_alloc<Dv::kConsumerRegs>();
-  const int c = wg - 1, ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
+  // (c through a warp reduction: ptxas then knows it is warp-uniform and keeps what derives
+  // from it, such as this consumer's Q barriers and tile slot, in uniform registers.)
+  const int c = __reduce_max_sync(0xffffffffu, wg - 1);
+  const int ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
   const int g = lane / 4, tig = lane % 4;
 
   const bool use_softcap = p.softcap > 0.f;
@@ -542,8 +582,10 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   };
 
   for (int n = 0;; ++n) {
-    mbar_wait(full_q, n & 1);
-    const int t = tile_slot;
+    mbar_wait(full_q(c), n & 1);
+    // (c is warp-uniform to ptxas, so is t: a wgmma under a branch on a value ptxas cannot
+    // prove uniform is serialised, C7520.)
+    const int t = tile_slot[c];
     if (t < 0) break;
     sp = span_of(t);
     const int n_tiles = sp.n_tiles;
@@ -554,15 +596,15 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
-    if (n_tiles == 0) mbar_arrive(empty_q);  // no Q was loaded
-    if (sp.q0 >= mask.seqlen_q) continue;    // a packed sequence shorter than this block
+    if (n_tiles == 0) mbar_arrive(empty_q(c));  // no Q was loaded
+    if (sp.q0 >= mask.seqlen_q) continue;       // a packed sequence shorter than this block
     // A consumer whose 64 rows all lie past the sequence (the last query block of a length
     // that is not a multiple of BM: 4096 = 21⅓ blocks of 192 rows at D = 64) computes
     // nothing and leaves the tensor cores to the others: it hands Q and each K / V stage
     // back to the producer once that stage's tile has landed (an arrival before then could
     // count towards a later phase of the stage). Warp-uniform vote: see needs_exact_pv.
     if (__any_sync(0xffffffffu, sp.q0 + c * 64 >= mask.seqlen_q)) {
-      if (n_tiles > 0) mbar_arrive(empty_q);
+      if (n_tiles > 0) mbar_arrive(empty_q(c));
       for (int i = 0; i < n_tiles; ++i) {
         mbar_wait(full_k(stage_of(i)), parity_of(i));
         mbar_arrive(empty_k(stage_of(i)));
@@ -596,9 +638,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         wgmma_wait<0>();
         wgmma_fence_operands(s_flat);
         mbar_arrive(empty_k(stage_of(0)));
-        // Q is read by S = Q·Kᵀ only: after the last tile's S the producer may load the
-        // next work tile's Q (and then its K/V) while this one finishes.
-        if (n_tiles == 1) mbar_arrive(empty_q);
+        // Q is read by S = Q·Kᵀ only: after this consumer's last S the producer may load its
+        // rows of the next work tile's Q while this one finishes.
+        if (n_tiles == 1) mbar_arrive(empty_q(c));
         softmax_at(0, alpha, n_tiles == 1 && narrow);
         pack_p();
       };
@@ -628,7 +670,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         }
         wgmma_fence_operands(s_flat);
         mbar_arrive(empty_k(stage_of(i)));
-        if (i == n_tiles - 1) mbar_arrive(empty_q);
+        if (i == n_tiles - 1) mbar_arrive(empty_q(c));
         softmax_at(i, alpha, i == n_tiles - 1 && narrow);
         wgmma_wait<0>();
         wgmma_fence_operands(acc_flat);
@@ -722,7 +764,7 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   const auto address = [&](const void* t) { return t != nullptr ? t : params.packed_maps; };
   tp.q_map = make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q,
                             params.heads_q, packed_q ? 1 : batch, params.q_stride[1],
-                            params.q_stride[2], packed_q ? 0 : params.q_stride[0], Dv::kBlockM});
+                            params.q_stride[2], packed_q ? 0 : params.q_stride[0], 64});
   if (params.block_table) {  // [num_pages, page_size, heads, cols] in boxes of box_rows
     // The widest box that tiles both a K/V tile and a page: fewer copies per tile (8-row
     // boxes on 176-key tiles, 44 copies per K/V tile at D 128, ran at 0.57x of contiguous).

@@ -222,13 +222,17 @@ struct FwdWgmmaDerived {
   static constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
   // setmaxnreg budgets: the producer keeps 24 registers per thread, the consumers share
   // the rest of the 64K-register file (rounded down to a multiple of 8, at most 240).
+  // (setmaxnreg moves registers within the block's launch allocation only: two consumers
+  // launch at 168 a thread, and 24 + 2 x 240 is all of 3 x 168; a producer of 32 left
+  // the consumers' increase waiting forever.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegsFit = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit > 240 ? 240 : kConsumerRegsFit;
   static constexpr int kTileQBytes = kBlockM * C::kDim * 2;
   static constexpr int kTileKVBytes = C::kBlockN * C::kDim * 2;
-  // mbarriers: Q full, then K full, V full, K empty, V empty per stage, then Q empty.
-  static constexpr int kBarriers = 2 + 4 * C::kStages;
+  // mbarriers: Q full and Q empty per consumer, then K full, V full, K empty, V empty per
+  // stage.
+  static constexpr int kBarriers = 2 * kConsumers + 4 * C::kStages;
   // 1024 bytes of slack: the swizzled tiles need a 1024-byte aligned base.
   static constexpr int kSmemBytes =
       1024 + kTileQBytes + 2 * C::kStages * kTileKVBytes + 8 * kBarriers;
