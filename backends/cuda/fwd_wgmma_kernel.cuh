@@ -3,14 +3,14 @@
 // Algorithm (FlashAttention-3's structure): a block works through work tiles (query
 // block, head, sequence): on the persistent grid (the default: one block per SM,
 // cuda_backend.cu's fwd_wgmma_persistent) the tiles it takes from a counter, the next
-// tile's Q (once the consumers' last S no longer reads it) and K/V loading while the
-// consumers finish this one; otherwise one tile per block. kConsumers + 1 warpgroups
+// tile's Q (each consumer's rows once its own last S no longer reads them) and K/V loading while
+// the consumers finish this one; otherwise one tile per block. kConsumers + 1 warpgroups
 // (tile_configs.hpp). Warpgroup 0 is the producer: it gives its
 // registers away (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q
 // tile and of each visible K and V tile into a ring of kStages shared-memory stages, each
 // guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer done
 // with it); each consumer's rows of Q have a full / empty pair of their own, so a consumer
-// starts its next work tile without waiting for the other's last S.
+// starts its next work tile without waiting for the others' last S.
 // The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma with both
 // operands in shared memory (m64 x kBlockN), the online softmax on the accumulators
 // (fwd_tile_ops.cuh: exact exponent form, softcap, mask only on boundary tiles), then
@@ -158,6 +158,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #if FLASH_WGMMA_AVAILABLE
   using Dv = FwdWgmmaDerived<C>;
   constexpr int D = C::kDim, BM = Dv::kBlockM, BN = C::kBlockN, ST = C::kStages;
+  constexpr int CR = Dv::kConsumerRows;                   // query rows of one consumer
   constexpr int NT = BN / 8;                              // n8 blocks of S
   constexpr int OT = D / 8;                               // n8 blocks of O
   constexpr int KS = BN / 16;                             // k16 steps of P·V
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   constexpr int WG = Dv::kConsumers;
   // Consumer c's 64 rows of Q have their own full / empty pair: a consumer that finishes
   // its work tile first starts the next one (its Q loaded as soon as its own last S has
-  // read the old one) instead of waiting for the other's last S, so the consumers' per-tile
+  // read the old one) instead of waiting for the others' last S, so the consumers' per-tile
   // bubbles (the first S and softmax, the last P·V, the epilogue) need not line up.
   // (Each consumer's pair side by side: one address register and an immediate offset.)
   const auto full_q = [&](int c) { return bars + 16 * c; };
@@ -218,7 +219,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #pragma unroll
     for (int c = 0; c < WG; ++c) {
       mbar_init(full_q(c), 1);
-      mbar_init(empty_q(c), 128);
+      mbar_init(empty_q(c), kConsumerThreads / WG);
     }
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
@@ -275,7 +276,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     };
     int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
     for (int t = first_tile, n = 0;; ++n) {
-      const int q_parity = (n & 1) ^ 1;  // consumer c is done with its previous Q
+      const int q_parity = (n & 1) ^ 1;  // empty_q: a consumer is done with its previous Q
       if (t >= tp.total_tiles) {
 #pragma unroll
         for (int c = 0; c < WG; ++c) {
@@ -288,7 +289,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         break;
       }
       const TileSpan sp = span_of(t);
-      // Consumer c's 64 rows of Q (a box of 64 rows per 64-column atom).
+      // Consumer c's kConsumerRows rows of Q (one box per 64-column atom). A box wholly past
+      // the tensor's rows (an idle consumer's) is valid: the copy engine fills it with zeros.
       const auto load_q = [&](int c) {
         mbar_wait(empty_q(c), q_parity);
         if (!leader) return;
@@ -297,11 +299,11 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           mbar_arrive(full_q(c));  // nothing to load: the consumers write o = 0 or skip
           return;
         }
-        mbar_arrive_expect_tx(full_q(c), Dv::kTileQBytes / WG);
+        mbar_arrive_expect_tx(full_q(c), Dv::kTileQConsumerBytes);
 #pragma unroll
         for (int a = 0; a < D / 64; ++a)
-          tma_load_4d(sQ + a * BM * 128 + c * 64 * 128, q_map, full_q(c), a * 64,
-                      static_cast<int>(sp.seq.q_row) + sp.q0 + c * 64, sp.head,
+          tma_load_4d(sQ + a * BM * 128 + c * CR * 128, q_map, full_q(c), a * 64,
+                      static_cast<int>(sp.seq.q_row) + sp.q0 + c * CR, sp.head,
                       packed_q ? 0 : sp.batch);
       };
       const auto load_all_q = [&] {
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         const int s = (ring + i) % ST, parity = ((ring + i) / ST) & 1;
         const int k0 = (sp.tile_begin + i) * BN;
         const uint32_t tile = tile0 + s * Dv::kTileKVBytes;
-        mbar_wait(empty_of(s), parity ^ 1);  // both consumers are done with tile i - ST
+        mbar_wait(empty_of(s), parity ^ 1);  // every consumer is done with ring slot ring + i - ST
         if (leader) mbar_arrive_expect_tx(full_of(s), Dv::kTileKVBytes);
         if (paged) {
           if (tid < boxes)
@@ -410,7 +412,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 
   // Q: this warpgroup's 64 rows of the K-major SW128 tile; k16 step kk is 32 bytes into
   // column atom kk / 4. K likewise (all BN rows).
-  const uint64_t q_desc = gmma_desc(sQ + c * 64 * 128, 16, 1024, kGmmaSwizzle128);
+  const uint64_t q_desc = gmma_desc(sQ + c * CR * 128, 16, 1024, kGmmaSwizzle128);
   const auto stage_of = [&](int i) { return (ring_base + i) % ST; };
   const auto parity_of = [&](int i) { return ((ring_base + i) / ST) & 1; };
   const auto key0_of = [&](int i) { return (sp.tile_begin + i) * BN; };
@@ -589,7 +591,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     if (t < 0) break;
     sp = span_of(t);
     const int n_tiles = sp.n_tiles;
-    row0 = sp.q0 + c * 64 + warp_in_wg * 16 + g;
+    row0 = sp.q0 + c * CR + warp_in_wg * 16 + g;
 #pragma unroll
     for (int nt = 0; nt < OT; ++nt)
 #pragma unroll
@@ -603,7 +605,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     // nothing and leaves the tensor cores to the others: it hands Q and each K / V stage
     // back to the producer once that stage's tile has landed (an arrival before then could
     // count towards a later phase of the stage). Warp-uniform vote: see needs_exact_pv.
-    if (__any_sync(0xffffffffu, sp.q0 + c * 64 >= mask.seqlen_q)) {
+    if (__any_sync(0xffffffffu, sp.q0 + c * CR >= mask.seqlen_q)) {
       if (n_tiles > 0) mbar_arrive(empty_q(c));
       for (int i = 0; i < n_tiles; ++i) {
         mbar_wait(full_k(stage_of(i)), parity_of(i));
@@ -762,9 +764,10 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
   // an address: the maps buffer stands in. Nothing is copied from it (a tile of a sequence
   // without query rows or keys issues no copy).
   const auto address = [&](const void* t) { return t != nullptr ? t : params.packed_maps; };
-  tp.q_map = make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q,
-                            params.heads_q, packed_q ? 1 : batch, params.q_stride[1],
-                            params.q_stride[2], packed_q ? 0 : params.q_stride[0], 64});
+  tp.q_map =
+      make_tile_map({address(params.q), bf16, params.head_dim, params.mask.seqlen_q, params.heads_q,
+                     packed_q ? 1 : batch, params.q_stride[1], params.q_stride[2],
+                     packed_q ? 0 : params.q_stride[0], Dv::kConsumerRows});
   if (params.block_table) {  // [num_pages, page_size, heads, cols] in boxes of box_rows
     // The widest box that tiles both a K/V tile and a page: fewer copies per tile (8-row
     // boxes on 176-key tiles, 44 copies per K/V tile at D 128, ran at 0.57x of contiguous).

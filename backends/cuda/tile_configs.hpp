@@ -217,18 +217,25 @@ constexpr int kFwdNarrowKeys<FwdWgmmaConfig<192>> = FLASH_FWD_WGMMA_NARROW_192;
 
 template <class C>
 struct FwdWgmmaDerived {
-  static constexpr int kConsumers = C::kConsumers;  // warpgroups of 64 query rows
-  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kConsumers = C::kConsumers;  // warpgroups of kConsumerRows query rows
+  static constexpr int kConsumerRows = 64;          // one wgmma m64 tile; one Q box each
+  static constexpr int kBlockM = kConsumerRows * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
   // setmaxnreg budgets: the producer keeps 24 registers per thread, the consumers share
   // the rest of the 64K-register file (rounded down to a multiple of 8, at most 240).
-  // (setmaxnreg moves registers within the block's launch allocation only: two consumers
-  // launch at 168 a thread, and 24 + 2 x 240 is all of 3 x 168; a producer of 32 left
-  // the consumers' increase waiting forever.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegsFit = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit > 240 ? 240 : kConsumerRegsFit;
+  // setmaxnreg only moves registers within the block's launch allocation: under
+  // __launch_bounds__(kThreads, 1) ptxas gives each thread the cap, a multiple of 8 (168 for
+  // two consumers: 24 + 2 x 240 is all of 3 x 168). Budgets above it hang the consumers'
+  // increase (a producer of 32 did, session 26).
+  static constexpr int kLaunchRegsCap = 65536 / kThreads / 8 * 8;
+  static constexpr int kLaunchRegs = kLaunchRegsCap > 248 ? 248 : kLaunchRegsCap;
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
+                "the setmaxnreg budgets fit the block's launch allocation");
   static constexpr int kTileQBytes = kBlockM * C::kDim * 2;
+  static constexpr int kTileQConsumerBytes = kConsumerRows * C::kDim * 2;
   static constexpr int kTileKVBytes = C::kBlockN * C::kDim * 2;
   // mbarriers: Q full and Q empty per consumer, then K full, V full, K empty, V empty per
   // stage.
