@@ -100,8 +100,7 @@ const std::vector<Case>& backward_cases() {
   return cases;
 }
 
-flash_problem resolve(const AttentionDesc& d, const HostTensor& q, const HostTensor& k,
-                      const HostTensor& v, const HostTensor& o) {
+flash_problem problem_fields(const AttentionDesc& d) {
   flash_problem p{};
   p.batch = d.batch;
   p.seqlen_q = d.seqlen_q;
@@ -112,10 +111,16 @@ flash_problem resolve(const AttentionDesc& d, const HostTensor& q, const HostTen
   p.head_dim_v = d.head_dim_v ? d.head_dim_v : d.head_dim;
   p.dtype = static_cast<int32_t>(d.dtype);
   p.causal = d.causal;
-  p.scale = d.scale ? d.scale : static_cast<float>(1.0 / std::sqrt(double(d.head_dim)));
+  p.scale = d.scale > 0 ? d.scale : static_cast<float>(1.0 / std::sqrt(double(d.head_dim)));
   p.softcap = d.softcap;
   p.window_left = d.window_left;
   p.window_right = d.window_right;
+  return p;
+}
+
+flash_problem resolve(const AttentionDesc& d, const HostTensor& q, const HostTensor& k,
+                      const HostTensor& v, const HostTensor& o) {
+  flash_problem p = problem_fields(d);
   for (int i = 0; i < 3; ++i) {
     p.q_stride[i] = q.resolved[i];
     p.k_stride[i] = k.resolved[i];

@@ -41,6 +41,10 @@ struct Prepared {
 // Built on first use for (case, dtype, backward) and cached for the process.
 const Prepared& prepare(const Case& c, DType dtype, bool backward);
 
+// The descriptor's sizes, dtype, mask, scale (0: 1/sqrt(head_dim)) and softcap as a
+// flash_problem; strides and the inference fields are left to the caller.
+flash_problem problem_fields(const AttentionDesc& d);
+
 // A flash_problem for the descriptor + tensors (what validation would resolve).
 flash_problem resolve(const AttentionDesc& d, const HostTensor& q, const HostTensor& k,
                       const HostTensor& v, const HostTensor& o);

@@ -20,6 +20,7 @@
 #include "reference/dtype.hpp"
 #include "reference/naive.hpp"
 #include "reference/sequences.hpp"
+#include "support/cases.hpp"
 #include "support/compare.hpp"
 #include "support/oracle_cache.hpp"
 #include "support/sanitized.hpp"
@@ -59,20 +60,7 @@ struct Buffer {
 // The resolved problem the oracle takes, for packed layouts: q/o [rows_q, Hq, D],
 // k/v [rows_kv or pages x page_size, Hkv, D] (strides packed).
 inline flash_problem problem_of(const AttentionDesc& d) {
-  flash_problem p{};
-  p.batch = d.batch;
-  p.seqlen_q = d.seqlen_q;
-  p.seqlen_kv = d.seqlen_kv;
-  p.heads_q = d.heads_q;
-  p.heads_kv = d.heads_kv;
-  p.head_dim = d.head_dim;
-  p.head_dim_v = d.head_dim_v ? d.head_dim_v : d.head_dim;
-  p.dtype = static_cast<int32_t>(d.dtype);
-  p.causal = d.causal;
-  p.scale = d.scale > 0 ? d.scale : static_cast<float>(1.0 / std::sqrt(double(d.head_dim)));
-  p.softcap = d.softcap;
-  p.window_left = d.window_left;
-  p.window_right = d.window_right;
+  flash_problem p = problem_fields(d);
   p.cu_seqlens_q = d.cu_seqlens_q;
   p.cu_seqlens_kv = d.cu_seqlens_kv;
   p.seqlens_kv = d.seqlens_kv;
