@@ -5,7 +5,7 @@
 #include "fwd_f32_kernel.cuh"
 #include "fwd_mma_kernel.cuh"
 #include "fwd_mma_pair_kernel.cuh"
-#include "fwd_wgmma_kernel.cuh"
+#include "fwd_wgmma_launch.cuh"
 
 #ifndef FLASH_FWD_PAIRS
 #define FLASH_FWD_PAIRS 1  // tuning builds may set 0: D = 256 on the plain kernel
