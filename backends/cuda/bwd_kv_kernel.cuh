@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "bwd_ops.cuh"
+#include "tma_ops.cuh"
 
 namespace flash::cuda {
 
@@ -69,13 +70,7 @@ __device__ __forceinline__ void write_ds_tile(unsigned char* tile, int warp, int
 //        whose shared memory has no room for the staging buffers).
 enum class DqAdd { bulk, red };
 
-// Bulk-copy engine wrappers (sm_90). Shared-memory writes made by the threads must be
-// ordered before the async proxy reads them: each writer fences, then a barrier.
-__device__ __forceinline__ void bulk_fence_writes() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+// One bulk reduce-add of `bytes` f32 from shared memory into dst (its own bulk group).
 __device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
@@ -85,20 +80,6 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, int by
       : "memory");
 #endif
 }
-// Waits until at most kPending bulk groups are still reading their shared source.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_read() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-// Waits until every bulk group of this thread has completed (its adds performed).
-__device__ __forceinline__ void bulk_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-#endif
-}
-
 // Partial dQ of rows [q0, q0 + BQ) of one head = dS·K, dS from the shared dSᵀ tile (every
 // warp has written its rows; the caller synchronised), K resident. Warps split the
 // BQ x D partial into (m16 tile, column range) pieces. kAdd = red: added to dq_rows

@@ -46,6 +46,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// Stores four 8x8 b16 matrices: register i of each thread is its fragment of matrix i
+// (row lane / 4, columns 2 (lane % 4) ..+1: the mma accumulator layout), and lane l gives
+// the address of row l % 8 of matrix l / 8 (sm_90).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
 // d += a·b for one m16n8k16 tile; a: 4 regs (row-major 16x16), b: 2 regs (col-major 16x8).
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,

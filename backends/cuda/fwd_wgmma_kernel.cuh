@@ -22,7 +22,11 @@
 // the last in session 18: bench/RESULTS.md).
 // A work tile whose keys end within the first kNarrowKeys keys of its last K/V tile runs
 // that tile's softmax and P·V narrow (tile_configs.hpp). O is divided by the row sum once at
-// the end; lse = ln Σ exp is written when asked.
+// the end and leaves through shared memory (dense O): stmatrix into a buffer of its own
+// (D 64) or into the stage of the tile's last K tile once every consumer's last S has read
+// it (the producer reloads that stage only after an "O read" mbarrier), then one TMA store
+// per 64-column atom; packed batches store from the registers. lse = ln Σ exp is written
+// when asked.
 // Tiles outside the causal / window band are never loaded. Packed batches and cache
 // lengths narrow each work tile to its sequence (sequence.cuh); a paged cache (prefill
 // against a block table) has the producer warp load each K/V tile as kPagedBoxRows-row
@@ -62,7 +66,11 @@
 // causal 0.99 / 1.08; D 256 0.99 / 1.08, causal 1.01 / 1.20; D 192 1.05 / 1.12, causal 1.03 /
 // 1.20. H200, session 26, per-consumer Q barriers (K(0) issued before the Qs): D 256 +3-9 %
 // (1k-16k, causal the most), D 64 0-2 %, D 128 1k +2-4 %, D 128 4k / 16k unchanged (0.95 /
-// 0.99 of cuDNN non-causal, 0.98 / 1.09 causal, interleaved).
+// 0.99 of cuDNN non-causal, 0.98 / 1.09 causal, interleaved). H200, session 27, O staged in
+// shared memory and stored by TMA (a clock trace: the D 128 epilogue took ~3400 cycles per
+// work tile, one K/V step; staged ~1500): D 128 bf16 1k +8 %, causal +9 %, 4k +2 % / +2.4 %,
+// f16 4k +1-2 %, D 64 causal 4k +2 %; interleaved 0.97 / 1.02 of cuDNN at D 128 4k (bf16,
+// non-causal / causal), f16 0.97-0.99 / 1.02.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -88,8 +96,9 @@
 
 namespace flash::cuda {
 
-// Named barrier of consumer c's exact-path vote (0 is __syncthreads').
-constexpr int kVoteBarrier0 = 1;
+// Named barrier of consumer c's own 128 threads (the exact-path vote, the O staging; 0 is
+// __syncthreads').
+constexpr int kConsumerBarrier0 = 1;
 // Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
 // (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
 // FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
@@ -104,6 +113,8 @@ constexpr float kFfmaExpBound = 256.f;
 struct FwdTmaParams {
   FwdParams p;
   CUtensorMap q_map, k_map, v_map;
+  // O in boxes of kConsumerRows rows (dense kernels whose config stages O: kOStaging).
+  CUtensorMap o_map;
   // Work tiles (query block, head, sequence), numbered as work_tile_order.cuh says; a
   // block runs tile blockIdx (linear) and, when tile_counter is set (the persistent
   // grid), then the tiles it takes from that counter (zero between launches: the last
@@ -149,7 +160,16 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const uint32_t sQ = (smem_addr(fwd_wgmma_smem) + 1023) & ~1023u;
   const uint32_t sK0 = sQ + Dv::kTileQBytes;  // stage s at + s * kTileKVBytes
   const uint32_t sV0 = sK0 + ST * Dv::kTileKVBytes;
-  const uint32_t bars = sV0 + ST * Dv::kTileKVBytes;
+  using OStaging = typename Dv::OStaging;
+  // The epilogue's O staging (tile_configs.hpp), dense kernels only (a packed batch's O has
+  // no tensor map of its rows: 4-byte stores from the registers).
+  constexpr bool kStagedO = !kSequences;
+  constexpr bool kOwnO = kStagedO && Dv::kOStaging == OStaging::own;
+  constexpr bool kOInK = kStagedO && Dv::kOStaging == OStaging::last_k;
+  // OStaging::own: consumer c's O buffer at sO0 + c * kOConsumerBytes.
+  const uint32_t sO0 = sV0 + ST * Dv::kTileKVBytes;
+  const uint32_t bars =
+      sO0 + (Dv::kOStaging == OStaging::own ? Dv::kConsumers * Dv::kOConsumerBytes : 0);
   constexpr int WG = Dv::kConsumers;
   // Consumer c's 64 rows of Q have their own full / empty pair: a consumer that finishes
   // its work tile first starts the next one (its Q loaded as soon as its own last S has
@@ -162,6 +182,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const auto full_v = [&](int s) { return bars + 8 * (2 * WG + ST + s); };
   const auto empty_k = [&](int s) { return bars + 8 * (2 * WG + 2 * ST + s); };
   const auto empty_v = [&](int s) { return bars + 8 * (2 * WG + 3 * ST + s); };
+  // OStaging::last_k: one arrival per consumer once its O stores have read stage s (the
+  // producer waits for it before it loads stage s again).
+  const auto o_read = [&](int s) { return bars + 8 * (2 * WG + 4 * ST + s); };
   // The work tile, handed from the producer to consumer c in shared memory (written before
   // full_q(c)'s arrival, read before c's empty_q(c) arrival: one slot per consumer).
   __shared__ int tile_slot[WG];
@@ -206,6 +229,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       mbar_init(full_v(s), 1);
       mbar_init(empty_k(s), kConsumerThreads);
       mbar_init(empty_v(s), kConsumerThreads);
+      mbar_init(o_read(s), WG);
     }
     mbar_init_fence();
   }
@@ -254,6 +278,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       return box;
     };
     int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
+    // OStaging::last_k: bit s of o_held = stage s holds a work tile's staged O until o_read(s)
+    // completes the phase whose parity is bit s of o_parity.
+    uint32_t o_held = 0, o_parity = 0;
     for (int t = first_tile, n = 0;; ++n) {
       const int q_parity = (n & 1) ^ 1;  // empty_q: a consumer is done with its previous Q
       if (t >= tp.total_tiles) {
@@ -320,6 +347,14 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           box = next_box;
           if (i + 1 < sp.n_tiles) next_box = paged_box(sp, (sp.tile_begin + i + 1) * BN);
         }
+        if (kOInK) {  // the stage's staged O has been read by its stores
+          const int s = (ring + i) % ST;
+          if (o_held >> s & 1u) {
+            mbar_wait(o_read(s), o_parity >> s & 1u);
+            o_held &= ~(1u << s);
+            o_parity ^= 1u << s;
+          }
+        }
         load_kv(i, sK0, k_map, full_k, empty_k);
       };
       const auto load_v = [&](int i) { load_kv(i, sV0, v_map, full_v, empty_v); };
@@ -337,6 +372,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         load_k(i);
         load_v(i);
       }
+      if (kOInK && sp.n_tiles > 0) o_held |= 1u << ((ring + sp.n_tiles - 1) % ST);
       ring += sp.n_tiles;
       // The next tile is taken once this one's copies are issued (its consumers are then
       // within kStages K/V tiles of its end), not when it starts: a block that took its
@@ -388,6 +424,20 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   // P of the tile whose P·V is next, as A fragments. (A second buffer, so that P(i) is
   // packed while P(i-1)·V(i-1) still runs, measured no faster: bench/RESULTS.md.)
   uint32_t pf[KS][4] = {};
+  // OStaging::last_k: the K stage holding this consumer's staged O, whose o_read arrival
+  // (thread 0, once its stores have read it) is still due (-1: none).
+  int o_pending = -1;
+  const auto release_o_stage = [&] {
+    if constexpr (kOInK) {
+      if (o_pending >= 0) {
+        if (ct == 0) {
+          bulk_wait_read<0>();
+          mbar_arrive(o_read(o_pending));
+        }
+        o_pending = -1;
+      }
+    }
+  };
 
   // Q: this warpgroup's 64 rows of the K-major SW128 tile; k16 step kk is 32 bytes into
   // column atom kk / 4. K likewise (all BN rows).
@@ -451,7 +501,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #pragma unroll 4
       for (int r = ct / kRowChunks; r < rows; r += kRowsPerPass)
         bad |= has_nonfinite<T>(lds128(sV + (r < rows1 ? lo1 + r : lo2 + r - rows1) * 128));
-      bad = named_barrier_or(kVoteBarrier0 + c, 128, bad);
+      bad = named_barrier_or(kConsumerBarrier0 + c, 128, bad);
     }
     // The vote's result is the same in every thread; __any_sync makes that visible to
     // ptxas (a wgmma under a branch it cannot prove warp-uniform is serialised, C7520).
@@ -567,7 +617,11 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     // (c is warp-uniform to ptxas, so is t: a wgmma under a branch on a value ptxas cannot
     // prove uniform is serialised, C7520.)
     const int t = tile_slot[c];
-    if (t < 0) break;
+    if (t < 0) {
+      release_o_stage();
+      if (kStagedO && ct == 0) bulk_wait_all();  // the O stores are done
+      break;
+    }
     sp = span_of(t);
     const int n_tiles = sp.n_tiles;
     row0 = sp.q0 + c * CR + warp_in_wg * 16 + g;
@@ -577,14 +631,18 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
-    if (n_tiles == 0) mbar_arrive(empty_q(c));  // no Q was loaded
-    if (sp.q0 >= mask.seqlen_q) continue;       // a packed sequence shorter than this block
+    if (n_tiles == 0) {
+      mbar_arrive(empty_q(c));  // no Q was loaded
+      release_o_stage();        // (else after the first S is issued)
+    }
+    if (sp.q0 >= mask.seqlen_q) continue;  // a packed sequence shorter than this block
     // A consumer whose 64 rows all lie past the sequence (the last query block of a length
     // that is not a multiple of BM: 4096 = 21⅓ blocks of 192 rows at D = 64) computes
     // nothing and leaves the tensor cores to the others: it hands Q and each K / V stage
     // back to the producer once that stage's tile has landed (an arrival before then could
     // count towards a later phase of the stage). Warp-uniform vote: see needs_exact_pv.
     if (__any_sync(0xffffffffu, sp.q0 + c * CR >= mask.seqlen_q)) {
+      release_o_stage();
       if (n_tiles > 0) mbar_arrive(empty_q(c));
       for (int i = 0; i < n_tiles; ++i) {
         mbar_wait(full_k(stage_of(i)), parity_of(i));
@@ -592,6 +650,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         mbar_wait(full_v(stage_of(i)), parity_of(i));
         mbar_arrive(empty_v(stage_of(i)));
       }
+      // Its share of the last K stage's o_read (no stores). Not before that stage has landed:
+      // the arrival then cannot count towards the stage's previous staged O.
+      if (kOInK && n_tiles > 0 && ct == 0) mbar_arrive(o_read(stage_of(n_tiles - 1)));
       ring_base += n_tiles;
       continue;
     }
@@ -616,6 +677,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         wgmma_fence();
         issue_qk(0);
         wgmma_commit();
+        release_o_stage();  // the previous work tile's O stores, under S(0)
         wgmma_wait<0>();
         wgmma_fence_operands(s_flat);
         mbar_arrive(empty_k(stage_of(0)));
@@ -686,33 +748,98 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     }
 
     // ---- normalise, store O and lse ------------------------------------------------------------
-    // When head_dim_v fills the tile (the usual case) the columns need no test: the stores
-    // take immediate offsets from one row address (a test per store, with the row address
-    // rebuilt for each, made this epilogue ~5 % of a causal 4k forward's samples, ncu).
-    const bool full_width = p.head_dim_v == D;
-    T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] + tig * 2;
+    float inv[2];  // 1 / row sum of this lane's two rows
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float l = row_sum[h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
+      inv[h] = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
       const int row = row0 + 8 * h;
-      if (row >= mask.seqlen_q) continue;
-      T* orow = o + (int64_t)row * p.o_stride[1];
-      const auto value = [&](int nt) {
-        return pack2<T>(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
-      };
-      if (full_width) {
+      if (p.lse != nullptr && tig == 0 && row < mask.seqlen_q)
+        p.lse[sp.seq.lse + row] = row_lse(row_max[h], l, mult);
+    }
+    const auto o_pair = [&](int nt, int h) {  // columns 8nt + 2tig, +1 of row row0 + 8h
+      return pack2<T>(acc_o[0][nt][2 * h] * inv[h], acc_o[0][nt][2 * h + 1] * inv[h]);
+    };
+    // Staged (Dv::kOStaging): this consumer's 64 x D block of O goes to shared memory in
+    // 64-column atoms (stmatrix, in the loads' 128-byte swizzle), kOPassAtoms at a time, and
+    // leaves in one TMA store per atom from thread 0, which drops the rows past the sequence
+    // and the columns past head_dim_v. The direct stores (below: 16 four-byte stores of 8
+    // scattered rows per thread and atom) took ~3400 cycles of the D 128 consumers' time per
+    // work tile, about one K/V step; staged, ~1500 (clock trace, bench/RESULTS.md, session 27).
+    const auto stage_o = [&](uint32_t sO) {
+      uint32_t packed[OT][2];  // before any wait: the conversions need no shared memory
 #pragma unroll
-        for (int nt = 0; nt < OT; ++nt) *reinterpret_cast<uint32_t*>(orow + nt * 8) = value(nt);
-      } else {
+      for (int nt = 0; nt < OT; ++nt) packed[nt][0] = o_pair(nt, 0), packed[nt][1] = o_pair(nt, 1);
+      // This lane's row of the stmatrix matrices: lanes 8m.. address matrix m = (n8 block
+      // 2j + m / 2, row half m % 2) of pair j.
+      const int st_row = warp_in_wg * 16 + lane % 8 + 8 * ((lane / 8) % 2), st_chunk = lane / 16;
+      constexpr int kPass = Dv::kOPassAtoms;
 #pragma unroll
-        for (int nt = 0; nt < OT; ++nt)  // head_dim_v is a multiple of 8: col + 1 fits too
-          if (nt * 8 + tig * 2 < p.head_dim_v)
-            *reinterpret_cast<uint32_t*>(orow + nt * 8) = value(nt);
+      for (int a0 = 0; a0 < Dv::kOAtoms; a0 += kPass) {
+        if (a0 > 0) {  // the previous pass's stores have read the buffer
+          if (ct == 0) bulk_wait_read<0>();
+          named_barrier_sync(kConsumerBarrier0 + c, 128);
+        } else if (kOInK) {  // every consumer's last S has read the K stage
+          mbar_wait(empty_k(stage_of(sp.n_tiles - 1)), parity_of(sp.n_tiles - 1));
+        }
+#pragma unroll
+        for (int a = a0; a < a0 + kPass && a < Dv::kOAtoms; ++a)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int nt = a * 8 + 2 * j;
+            stmatrix_x4(sO + (a - a0) * Dv::kOAtomBytes + st_row * 128 +
+                            (((2 * j + st_chunk) ^ (st_row % 8)) * 16),
+                        packed[nt][0], packed[nt][1], packed[nt + 1][0], packed[nt + 1][1]);
+          }
+        bulk_fence_writes();
+        named_barrier_sync(kConsumerBarrier0 + c, 128);
+        if (ct == 0)
+#pragma unroll
+          for (int a = a0; a < a0 + kPass && a < Dv::kOAtoms; ++a)
+            tma_store_4d(&tp.o_map, sO + (a - a0) * Dv::kOAtomBytes, a * 64, sp.q0 + c * CR,
+                         sp.head, sp.batch);
       }
-      if (p.lse != nullptr && tig == 0) p.lse[sp.seq.lse + row] = row_lse(row_max[h], l, mult);
+    };
+    bool staged = false;
+    if constexpr (kOwnO) {
+      // Its own buffer: written again once the previous work tile's stores have read it.
+      if (ct == 0) bulk_wait_read<0>();
+      named_barrier_sync(kConsumerBarrier0 + c, 128);
+      stage_o(sO0 + c * Dv::kOConsumerBytes);
+      staged = true;
+    } else if constexpr (kOInK) {
+      // The last K tile's stage (the producer loads it again only after o_read).
+      if (n_tiles > 0) {
+        stage_o(sK0 + stage_of(n_tiles - 1) * Dv::kTileKVBytes +
+                c * Dv::kOPassAtoms * Dv::kOAtomBytes);
+        o_pending = stage_of(n_tiles - 1);
+        staged = true;
+      }
+    }
+    if (!staged) {
+      // When head_dim_v fills the tile (the usual case) the columns need no test: the stores
+      // take immediate offsets from one row address (a test per store, with the row address
+      // rebuilt for each, made this epilogue ~5 % of a causal 4k forward's samples, ncu).
+      const bool full_width = p.head_dim_v == D;
+      T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] + tig * 2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        if (row >= mask.seqlen_q) continue;
+        T* orow = o + (int64_t)row * p.o_stride[1];
+        if (full_width) {
+#pragma unroll
+          for (int nt = 0; nt < OT; ++nt)
+            *reinterpret_cast<uint32_t*>(orow + nt * 8) = o_pair(nt, h);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < OT; ++nt)  // head_dim_v is a multiple of 8: col + 1 fits too
+            if (nt * 8 + tig * 2 < p.head_dim_v)
+              *reinterpret_cast<uint32_t*>(orow + nt * 8) = o_pair(nt, h);
+        }
+      }
     }
     ring_base += n_tiles;
   }

@@ -81,6 +81,10 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
                               heads_kv, packed_kv ? 1 : batch, params.v_stride[1],
                               params.v_stride[2], packed_kv ? 0 : params.v_stride[0], C::kBlockN});
   }
+  if (!sequences)  // the epilogue's TMA stores (fwd_wgmma_kernel.cuh: staged O, dense only)
+    tp.o_map = make_tile_map({params.o, bf16, params.head_dim_v, params.mask.seqlen_q,
+                              params.heads_q, batch, params.o_stride[1], params.o_stride[2],
+                              params.o_stride[0], Dv::kConsumerRows});
   if (packed_q || packed_kv) {
     CUtensorMap* maps = static_cast<CUtensorMap*>(params.packed_maps);
     fwd_patch_packed_maps<<<1, 32, 0, stream>>>(tp, maps);

@@ -237,14 +237,36 @@ struct FwdWgmmaDerived {
   static constexpr int kTileQBytes = kBlockM * C::kDim * 2;
   static constexpr int kTileQConsumerBytes = kConsumerRows * C::kDim * 2;
   static constexpr int kTileKVBytes = C::kBlockN * C::kDim * 2;
-  // mbarriers: Q full and Q empty per consumer, then K full, V full, K empty, V empty per
-  // stage.
-  static constexpr int kBarriers = 2 * kConsumers + 4 * C::kStages;
+  // mbarriers: Q full and Q empty per consumer, then K full, V full, K empty, V empty and
+  // "O read" (the epilogue's stores have read a K stage: OStaging::last_k, below) per stage.
+  static constexpr int kBarriers = 2 * kConsumers + 5 * C::kStages;
   // 1024 bytes of slack: the swizzled tiles need a 1024-byte aligned base.
-  static constexpr int kSmemBytes =
+  static constexpr int kSmemTileBytes =
       1024 + kTileQBytes + 2 * C::kStages * kTileKVBytes + 8 * kBarriers;
+  // Where the epilogue stages O for its TMA stores (each consumer's 64 x kDim block, 64-column
+  // atoms of 64 rows x 128 bytes in the loads' swizzle; fwd_wgmma_kernel.cuh says how):
+  //   own:    a buffer per consumer beside the tiles, when it fits (D 64);
+  //   last_k: the stage of the work tile's last K tile, which S no longer reads once every
+  //           consumer's last S has landed, kOPassAtoms atoms per consumer at a time (D 128
+  //           in one pass; D 192 and 256 in two; FlashAttention-3 uses V's stage).
+  // (kSmemLimit keeps 128 bytes for the kernel's static shared memory.)
+  enum class OStaging { own, last_k };
+  static constexpr int kSmemLimit = 227 * 1024 - 128;
+  static constexpr int kOAtoms = C::kDim / 64;
+  static constexpr int kOAtomBytes = kConsumerRows * 128;
+  static constexpr int kOConsumerBytes = kOAtoms * kOAtomBytes;
+  static constexpr OStaging kOStaging = kSmemTileBytes + kConsumers * kOConsumerBytes <= kSmemLimit
+                                            ? OStaging::own
+                                            : OStaging::last_k;
+  static constexpr int kOPassFit = kTileKVBytes / (kConsumers * kOAtomBytes);
+  static constexpr int kOPassAtoms = kOStaging == OStaging::own ? kOAtoms
+                                     : kOPassFit < kOAtoms      ? kOPassFit
+                                                                : kOAtoms;
+  static_assert(kOPassAtoms >= 1, "one O atom of each consumer fits a K stage");
+  static constexpr int kSmemBytes =
+      kSmemTileBytes + (kOStaging == OStaging::own ? kConsumers * kOConsumerBytes : 0);
   static_assert(kConsumers >= 1 && kConsumers <= 3 && kBlockM <= 256,
-                "named barriers 1..3; a TMA box has at most 256 rows");
+                "named barriers 1..6; a TMA box has at most 256 rows");
   static_assert(C::kDim % 64 == 0, "tiles are whole 64-column (128-byte) swizzle atoms");
   static_assert(C::kBlockN % 16 == 0 && C::kBlockN <= 256,
                 "S = Q·Kᵀ is one m64nNk16 chain (N <= 256, whole k16 steps of P·V); a TMA "

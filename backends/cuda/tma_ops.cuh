@@ -100,6 +100,44 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
 #endif
 }
 
+// ---- bulk stores and reductions: shared -> global (bulk groups) ---------------------------
+// Shared-memory writes made by the threads must be ordered before the async proxy reads
+// them: each writer fences, then a barrier, then one thread issues the copy. A copy is
+// one bulk group of its thread; the thread waits on its groups before it writes the
+// shared source again (wait_read) or before the kernel ends (wait_all).
+__device__ __forceinline__ void bulk_fence_writes() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Waits until at most kPending bulk groups are still reading their shared source.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+// Waits until every bulk group of this thread has completed (its adds performed).
+__device__ __forceinline__ void bulk_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Stores the box at coordinates (c0 = column, c1 = row, c2 = head, c3 = batch) of a 4-D
+// tensor map from shared memory at src (the layout tma_load_4d writes) as one bulk group;
+// elements outside the tensor's extents are not written.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+#if FLASH_WGMMA_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#endif
+}
+
 // ---- tensor maps written on the device --------------------------------------------------
 // A map in global memory whose row extent (dimension 1) is set on the device, for sizes
 // the host does not know (packed batches: cu_seqlens[batch] lives in device memory).
