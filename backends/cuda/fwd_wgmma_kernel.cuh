@@ -25,8 +25,8 @@
 // the end and leaves through shared memory (dense O): stmatrix into a buffer of its own
 // (D 64) or into the stage of the tile's last K tile once every consumer's last S has read
 // it (the producer reloads that stage only after an "O read" mbarrier), then one TMA store
-// per 64-column atom; packed batches store from the registers. lse = ln Σ exp is written
-// when asked.
+// per 64-column atom (the sequence kernels: 16-byte stores of the threads, a box would run
+// into the next packed sequence). lse = ln Σ exp is written when asked.
 // Tiles outside the causal / window band are never loaded. Packed batches and cache
 // lengths narrow each work tile to its sequence (sequence.cuh); a paged cache (prefill
 // against a block table) has the producer warp load each K/V tile as kPagedBoxRows-row
@@ -161,11 +161,12 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const uint32_t sK0 = sQ + Dv::kTileQBytes;  // stage s at + s * kTileKVBytes
   const uint32_t sV0 = sK0 + ST * Dv::kTileKVBytes;
   using OStaging = typename Dv::OStaging;
-  // The epilogue's O staging (tile_configs.hpp), dense kernels only (a packed batch's O has
-  // no tensor map of its rows: 4-byte stores from the registers).
-  constexpr bool kStagedO = !kSequences;
-  constexpr bool kOwnO = kStagedO && Dv::kOStaging == OStaging::own;
-  constexpr bool kOInK = kStagedO && Dv::kOStaging == OStaging::last_k;
+  // The epilogue's O staging (tile_configs.hpp). Dense O leaves shared memory by TMA stores;
+  // the sequence kernels' O (packed rows, whose boxes would run into the next sequence) by
+  // 16-byte stores of the threads.
+  constexpr bool kTmaStoreO = !kSequences;
+  constexpr bool kOwnO = Dv::kOStaging == OStaging::own;
+  constexpr bool kOInK = Dv::kOStaging == OStaging::last_k;
   // OStaging::own: consumer c's O buffer at sO0 + c * kOConsumerBytes.
   const uint32_t sO0 = sV0 + ST * Dv::kTileKVBytes;
   const uint32_t bars =
@@ -278,9 +279,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       return box;
     };
     int ring = 0;  // K/V tiles issued so far: stage ring % ST, phase ring / ST
-    // OStaging::last_k: bit s of o_held = stage s holds a work tile's staged O until o_read(s)
-    // completes the phase whose parity is bit s of o_parity.
-    uint32_t o_held = 0, o_parity = 0;
+    // OStaging::last_k: bit s of o_state = stage s holds a work tile's staged O until o_read(s)
+    // completes the phase whose parity is bit 8 + s (one register: the producer has 24).
+    uint32_t o_state = 0;
     for (int t = first_tile, n = 0;; ++n) {
       const int q_parity = (n & 1) ^ 1;  // empty_q: a consumer is done with its previous Q
       if (t >= tp.total_tiles) {
@@ -349,10 +350,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         }
         if (kOInK) {  // the stage's staged O has been read by its stores
           const int s = (ring + i) % ST;
-          if (o_held >> s & 1u) {
-            mbar_wait(o_read(s), o_parity >> s & 1u);
-            o_held &= ~(1u << s);
-            o_parity ^= 1u << s;
+          if (o_state >> s & 1u) {
+            mbar_wait(o_read(s), o_state >> (8 + s) & 1u);
+            o_state ^= 0x101u << s;  // released; the next phase's parity
           }
         }
         load_kv(i, sK0, k_map, full_k, empty_k);
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         load_k(i);
         load_v(i);
       }
-      if (kOInK && sp.n_tiles > 0) o_held |= 1u << ((ring + sp.n_tiles - 1) % ST);
+      if (kOInK && sp.n_tiles > 0) o_state |= 1u << ((ring + sp.n_tiles - 1) % ST);
       ring += sp.n_tiles;
       // The next tile is taken once this one's copies are issued (its consumers are then
       // within kStages K/V tiles of its end), not when it starts: a block that took its
@@ -619,7 +619,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const int t = tile_slot[c];
     if (t < 0) {
       release_o_stage();
-      if (kStagedO && ct == 0) bulk_wait_all();  // the O stores are done
+      if (kTmaStoreO && ct == 0) bulk_wait_all();  // the O stores are done
       break;
     }
     sp = span_of(t);
@@ -779,7 +779,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #pragma unroll
       for (int a0 = 0; a0 < Dv::kOAtoms; a0 += kPass) {
         if (a0 > 0) {  // the previous pass's stores have read the buffer
-          if (ct == 0) bulk_wait_read<0>();
+          if (kTmaStoreO && ct == 0) bulk_wait_read<0>();
           named_barrier_sync(kConsumerBarrier0 + c, 128);
         } else if (kOInK) {  // every consumer's last S has read the K stage
           mbar_wait(empty_k(stage_of(sp.n_tiles - 1)), parity_of(sp.n_tiles - 1));
@@ -793,28 +793,52 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
                             (((2 * j + st_chunk) ^ (st_row % 8)) * 16),
                         packed[nt][0], packed[nt][1], packed[nt + 1][0], packed[nt + 1][1]);
           }
-        bulk_fence_writes();
-        named_barrier_sync(kConsumerBarrier0 + c, 128);
-        if (ct == 0)
+        if constexpr (kTmaStoreO) {
+          bulk_fence_writes();
+          named_barrier_sync(kConsumerBarrier0 + c, 128);
+          if (ct == 0)
 #pragma unroll
-          for (int a = a0; a < a0 + kPass && a < Dv::kOAtoms; ++a)
-            tma_store_4d(&tp.o_map, sO + (a - a0) * Dv::kOAtomBytes, a * 64, sp.q0 + c * CR,
-                         sp.head, sp.batch);
+            for (int a = a0; a < a0 + kPass && a < Dv::kOAtoms; ++a)
+              tma_store_4d(&tp.o_map, sO + (a - a0) * Dv::kOAtomBytes, a * 64, sp.q0 + c * CR,
+                           sp.head, sp.batch);
+        } else {
+          // Thread ct stores 16-byte chunks ct, ct + 128, .. of the pass (8 a row: a warp
+          // writes four rows of 128 bytes), the rows in the sequence and the columns of
+          // head_dim_v only (a multiple of 8: a chunk is all in or all out).
+          named_barrier_sync(kConsumerBarrier0 + c, 128);
+          const int rows = min(CR, mask.seqlen_q - (sp.q0 + c * CR));
+          T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] +
+                 (int64_t)(sp.q0 + c * CR) * p.o_stride[1];
+          constexpr int kPassChunks = kPass * CR * 8;
+#pragma unroll
+          for (int q = ct; q < kPassChunks; q += 128) {
+            const int a = a0 + q / (CR * 8), r = q % (CR * 8) / 8, ch = q % 8;
+            if (a < Dv::kOAtoms && r < rows && a * 64 + ch * 8 < p.head_dim_v)
+              *reinterpret_cast<uint4*>(o + (int64_t)r * p.o_stride[1] + a * 64 + ch * 8) =
+                  lds128(sO + (a - a0) * Dv::kOAtomBytes + r * 128 + ((ch ^ (r % 8)) * 16));
+          }
+        }
       }
     };
     bool staged = false;
     if constexpr (kOwnO) {
       // Its own buffer: written again once the previous work tile's stores have read it.
-      if (ct == 0) bulk_wait_read<0>();
+      if (kTmaStoreO && ct == 0) bulk_wait_read<0>();
       named_barrier_sync(kConsumerBarrier0 + c, 128);
       stage_o(sO0 + c * Dv::kOConsumerBytes);
       staged = true;
     } else if constexpr (kOInK) {
-      // The last K tile's stage (the producer loads it again only after o_read).
+      // The last K tile's stage (the producer loads it again only after o_read: TMA stores
+      // read it after this; the threads' own copies are done at the barrier below).
       if (n_tiles > 0) {
         stage_o(sK0 + stage_of(n_tiles - 1) * Dv::kTileKVBytes +
                 c * Dv::kOPassAtoms * Dv::kOAtomBytes);
-        o_pending = stage_of(n_tiles - 1);
+        if constexpr (kTmaStoreO) {
+          o_pending = stage_of(n_tiles - 1);
+        } else {
+          named_barrier_sync(kConsumerBarrier0 + c, 128);
+          if (ct == 0) mbar_arrive(o_read(stage_of(n_tiles - 1)));
+        }
         staged = true;
       }
     }
