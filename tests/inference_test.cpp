@@ -182,7 +182,7 @@ TEST_P(Inference, PagedCaches) {
 // them reaches o.
 // cuda runs each problem twice more on a grid of two blocks (a block then crosses work
 // tiles and sequences with its paged producer), the second time with the band tile off
-// (at D 128 the 176-key tile, whose boxes are at most 16 rows, instead of the 128-key one).
+// (at D 128 the 192-key tile, whose boxes are at most 64 rows, instead of the 128-key one).
 TEST_P(Inference, PagedPrefill) {
   const int32_t n = kSanitized ? 200 : 520;  // the longest cache
   const std::vector<int32_t> lens = {n, 77, 1, n * 7 / 10 + 3};
@@ -258,7 +258,7 @@ TEST_P(Inference, PagedPrefill) {
     if (backend == Backend::cuda) {
       ScopedEnv two_blocks("FLASH_CUDA_FWD_BLOCKS", "2");
       check(d, q, k, v, false, what + " (2 blocks)");
-      ScopedEnv wide_tile("FLASH_CUDA_FWD_BAND_TILE", "0");  // D 128: 176-key tiles, 16-row boxes
+      ScopedEnv wide_tile("FLASH_CUDA_FWD_BAND_TILE", "0");  // D 128: 192-key tiles
       check(d, q, k, v, false, what + " (2 blocks, band tile off)");
     }
   }

@@ -129,8 +129,8 @@ bool fwd_paged_wgmma(const flash_problem& p, bool wgmma) {
 
 // Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp) at
 // tile dim 128: for a banded mask (causal, windows) with at most kFwdBandTileMaxKeys keys,
-// and for a paged cache (its K/V boxes may then be as wide as 128 rows; on 176-key tiles
-// at most 16). FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off for both / on for every banded
+// and for a paged cache (its K/V boxes may then be as wide as 128 rows; on 192-key tiles
+// at most 64). FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off for both / on for every banded
 // mask at that dim (tests run both tiles; A/B).
 bool fwd_band_tile(const flash_problem& p, bool wgmma) {
   const std::string forced = flash::detail::env_switch("FLASH_CUDA_FWD_BAND_TILE", {"0", "1"});

@@ -69,8 +69,9 @@
 // 0.99 of cuDNN non-causal, 0.98 / 1.09 causal, interleaved). H200, session 27, O staged in
 // shared memory and stored by TMA (a clock trace: the D 128 epilogue took ~3400 cycles per
 // work tile, one K/V step; staged ~1500): D 128 bf16 1k +8 %, causal +9 %, 4k +2 % / +2.4 %,
-// f16 4k +1-2 %, D 64 causal 4k +2 %, D 192 / 256 1k +6-12 %, 4k +3-5 %; interleaved, of cuDNN
-// at S >= 4k 0.94-1.17 (D 128 4k 0.97 / 0.99 bf16, 0.98 / 1.01 f16, non-causal / causal).
+// f16 4k +1-2 %, D 64 causal 4k +2 %, D 192 / 256 1k +6-12 %, 4k +3-5 %; the D 128 tile at
+// 192 keys: 16k +2-4 %; interleaved, of cuDNN at S >= 4k 0.94-1.18 (D 128 4k 0.99 / 1.00
+// bf16, 0.97 / 1.00 f16, 16k 1.01 / 1.07, 0.99 / 1.08, non-causal / causal).
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once

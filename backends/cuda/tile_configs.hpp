@@ -135,10 +135,13 @@ struct FwdWgmmaConfig;
 #ifndef FLASH_FWD_WGMMA_TUNE_64
 #define FLASH_FWD_WGMMA_TUNE_64 FLASH_FWD_WGMMA_KV_64, FLASH_FWD_WGMMA_STAGES_64, 3
 #endif
-// D = 128: 176-key tiles (FlashAttention-3's choice) measured +0-6 % over 128 (bench/
-// RESULTS.md, 2026-11-24); S of 88 and P of 44 registers still fit the 240 of a consumer.
+// D = 128: 192-key tiles (S of 96 and P of 48 registers fit the 240 of a consumer, no
+// spills): 4k and 16k keys end 64 keys into their last tile, exactly the narrow width, where
+// FlashAttention-3's 176 left 48 / 16 (a full S product for them). Against 176 (bench/
+// RESULTS.md, session 27): 16k +2-4 %, f16 4k +2 %, bf16 4k +0.5 %, 1k -2 %; 176 measured
+// +0-6 % over 128 (2026-11-24), 192 equal to 176 then (before the narrow last tile).
 #ifndef FLASH_FWD_WGMMA_KV_128
-#define FLASH_FWD_WGMMA_KV_128 176
+#define FLASH_FWD_WGMMA_KV_128 192
 #endif
 // Consumers at D = 128: two (three on 96-key tiles, 160 registers each, spilled and ran
 // 0.79-0.84x, bench/RESULTS.md, session 18).
@@ -191,9 +194,9 @@ constexpr int kPagedBoxRows = 8;
 // The narrow last K/V tile of the Hopper forward: when every key the work tile's rows see
 // ends within the first kNarrowKeys keys of its last K/V tile, that tile's softmax and P·V
 // run kNarrowKeys wide instead of kBlockN (S stays kBlockN wide: narrower S products made
-// ptxas serialise them). 4096 keys are 23 tiles of 176 and 48 keys: a full last tile spends
-// 2.7 % of the exponents and products on masked keys. 0 = none. The 176-key D 128 tile
-// (remainders of 48 / 16 keys at 4k / 16k), the 128-key D 64 tile (causal diagonals) and the
+// ptxas serialise them). 4096 keys are 21 tiles of 192 and 64 keys: a full last tile spends
+// 3 % of the exponents and products on masked keys. 0 = none. The 192-key D 128 tile
+// (remainders of 64 keys at 4k and 16k), the 128-key D 64 tile (causal diagonals) and the
 // 112-key D 192 tile have one; each is a second copy of the softmax and of the last P·V.
 // (32 of the 80-key D 256 tile: +1 % at 1k, -1 to -8 % at 16k where it is never taken,
 // through the kernel's spills; not kept, bench/RESULTS.md.)
