@@ -246,7 +246,7 @@ struct FwdWgmmaDerived {
   // 1024 bytes of slack: the swizzled tiles need a 1024-byte aligned base.
   static constexpr int kSmemTileBytes =
       1024 + kTileQBytes + 2 * C::kStages * kTileKVBytes + 8 * kBarriers;
-  // Where the epilogue stages O for its TMA stores (each consumer's 64 x kDim block, 64-column
+  // Where the epilogue stages O for its stores (each consumer's 64 x kDim block, 64-column
   // atoms of 64 rows x 128 bytes in the loads' swizzle; fwd_wgmma_kernel.cuh says how):
   //   own:    a buffer per consumer beside the tiles, when it fits (D 64);
   //   last_k: the stage of the work tile's last K tile, which S no longer reads once every
@@ -269,7 +269,7 @@ struct FwdWgmmaDerived {
   static constexpr int kSmemBytes =
       kSmemTileBytes + (kOStaging == OStaging::own ? kConsumers * kOConsumerBytes : 0);
   static_assert(kConsumers >= 1 && kConsumers <= 3 && kBlockM <= 256,
-                "named barriers 1..6; a TMA box has at most 256 rows");
+                "named barriers 1..3; a TMA box has at most 256 rows");
   static_assert(C::kDim % 64 == 0, "tiles are whole 64-column (128-byte) swizzle atoms");
   static_assert(C::kBlockN % 16 == 0 && C::kBlockN <= 256,
                 "S = Q·Kᵀ is one m64nNk16 chain (N <= 256, whole k16 steps of P·V); a TMA "

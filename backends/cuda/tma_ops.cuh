@@ -117,7 +117,7 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
-// Waits until every bulk group of this thread has completed (its adds performed).
+// Waits until every bulk group of this thread has completed (its writes performed).
 __device__ __forceinline__ void bulk_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
