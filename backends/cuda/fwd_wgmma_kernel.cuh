@@ -18,8 +18,8 @@
 // are A fragment kk) and V as an MN-major shared-memory operand. Inside a warpgroup,
 // S(i) is issued before P(i-1)·V(i-1), so the softmax of S(i) runs while that product
 // is on the tensor cores; the consumers' products and softmaxes also interleave on the
-// SM (an explicit ping-pong between them, named-barrier turns, measured neutral three times,
-// the last in session 18: bench/RESULTS.md).
+// SM (an explicit ping-pong between them, named-barrier turns, measured neutral four times,
+// the last in session 27 with the staged epilogue: bench/RESULTS.md).
 // A work tile whose keys end within the first kNarrowKeys keys of its last K/V tile runs
 // that tile's softmax and P·V narrow (tile_configs.hpp). O is divided by the row sum once at
 // the end and leaves through shared memory (dense O): stmatrix into a buffer of its own
