@@ -184,4 +184,40 @@ __device__ __forceinline__ void pv_visible_keys_only(float (&acc)[MT][OT][4], co
   }
 }
 
+// ---- the Hopper forward's staged O (fwd_wgmma_kernel.cuh) ---------------------------------
+// An O atom: 64 rows x 64 columns of 16-bit elements (128-byte rows) in the loads' 128-byte
+// swizzle. Warp `warp` of a consumer writes its 16 rows of atoms [a0, a1) from `packed`
+// (n8 block nt, row half h: the accumulator layout, pairs converted) with stmatrix, atom a
+// at sO + (a - a0) * kOAtomBytes. Lanes 8m.. address matrix m = (n8 block 2j + m / 2, row
+// half m % 2) of pair j.
+constexpr int kOAtomBytes = 64 * 128;
+template <int kOT>
+__device__ __forceinline__ void stage_o_atoms(uint32_t sO, const uint32_t (&packed)[kOT][2], int a0,
+                                              int a1, int warp, int lane) {
+  const int row = warp * 16 + lane % 8 + 8 * ((lane / 8) % 2), chunk = lane / 16;
+#pragma unroll
+  for (int a = a0; a < a1; ++a)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int nt = a * 8 + 2 * j;
+      stmatrix_x4(sO + (a - a0) * kOAtomBytes + row * 128 + (((2 * j + chunk) ^ (row % 8)) * 16),
+                  packed[nt][0], packed[nt][1], packed[nt + 1][0], packed[nt + 1][1]);
+    }
+}
+// Copies staged atoms [a0, a1) (at most kPassAtoms) to o (row stride in elements) in 16-byte
+// chunks: thread ct of the consumer's 128 stores chunks ct, ct + 128, .. (8 a row: a warp
+// writes four rows of 128 bytes), rows [0, rows) and columns [0, cols) only (cols a
+// multiple of 8: a chunk is all in or all out).
+template <int kPassAtoms, class T>
+__device__ __forceinline__ void copy_o_atoms(T* o, int64_t row_stride, uint32_t sO, int a0, int a1,
+                                             int rows, int cols, int ct) {
+#pragma unroll
+  for (int q = ct; q < kPassAtoms * 64 * 8; q += 128) {
+    const int a = a0 + q / (64 * 8), r = q % (64 * 8) / 8, ch = q % 8;
+    if (a < a1 && r < rows && a * 64 + ch * 8 < cols)
+      *reinterpret_cast<uint4*>(o + r * row_stride + a * 64 + ch * 8) =
+          lds128(sO + (a - a0) * kOAtomBytes + r * 128 + ((ch ^ (r % 8)) * 16));
+  }
+}
+
 }  // namespace flash::cuda

@@ -36,42 +36,12 @@
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
-// Measured (H100, bf16, FlashAttention's shapes, 779816c, beside torch in one call):
-// S = 4k / 16k non-causal D = 64 476 / 505, D = 128 627 / 615, D = 256 679 / 689 TFLOP/s
-// = 1.06 / 1.04, 0.97 / 0.96, 0.98 / 0.94 of cuDNN; causal 379 / 440, 512 / 586,
-// 529 / 617 = 0.98 / 0.96, 0.95 / 0.95, 0.95 / 0.98; 1.4-2.3x torch's FlashAttention-2.
-// H200, 0152c01 (longest-first tail): of cuDNN at 4k / 16k non-causal D 64 1.01 / 1.06,
-// D 128 0.94 / 1.00, D 256 0.93 / 0.95; causal 0.91 / 0.95, 0.90 / 0.91, 0.94 / 0.95;
-// packed prefill (varlen) 629 / 508 TFLOP/s plain / causal at D 128. H100, 8d89053 (epilogue
-// without column tests): D 128 4k / 16k 0.96 / 0.97 of cuDNN, causal 0.98 / 0.93; D 64
-// 1.05 / 1.03, 0.98 / 0.95; D 256 0.95 / 0.99, 0.96 / 0.97. H100, 3792fc9 (V scan of
-// hidden keys only): D 128 0.96 / 0.98, causal 0.98 / 0.95; D 64 1.01 / 1.07, 0.95 / 1.00;
-// D 256 0.93 / 1.03, 0.98 / 1.02. H100, 5f208f6 (192-wide tile): D 192 4k / 16k 1.09 / 1.03,
-// causal 1.05 / 1.04 (was 0.84 / 0.81, 0.82 / 0.82 on the 256 tile); 192 / 128 1.03 / 1.02,
-// causal 1.08 / 1.10. H200, session 18 (tree row max, D 256 on 80-key tiles, idle consumers
-// of a partial last block), bf16 4k / 16k: D 64 1.06 / 1.04, causal 0.98 / 1.02; D 128 1.01 /
-// 0.93, causal 0.98 / 1.00; D 256 1.03 / 0.97, causal 1.11 / 1.06 of cuDNN (bench/RESULTS.md).
-// H200, session 20, interleaved with torch in one process (bench/interleaved_torch.py), bf16
-// 4k / 16k: D 64 1.01 / 1.07, causal 0.90 / 1.06; D 128 0.95 / 0.96, causal 0.95 / 1.05;
-// D 256 0.98 / 1.05, causal 1.01 / 1.18. (Carrying a tile's last P·V into the next tile
-// measured 1-8 % slower, session 20.) H200, session 21: causal D 128 on 128-key tiles x 3
-// stages (FwdWgmmaBandConfig, up to 4096 keys): 0.78 / 0.90 / 0.98 of cuDNN at 1k / 2k / 4k,
-// interleaved (176-key tiles: 0.73 / 0.87 / 0.96). H200, session 22, paged prefill (bf16, B 4
-// x 4k, Hq 32 / Hkv 8) against the same problem contiguous: pages of 64 keys 0.91 / 0.95 at D
-// 64 / 128, 16 keys 0.74-0.83, 8 keys 0.53-0.74; D 192 / 256 0.71-0.76 (16-row boxes at
-// most), 0.49-0.54 with 8-key pages. H200, session 23: the narrow last K/V tile (softmax and
-// P·V of a last tile whose keys end within its first 64 take 64 columns) +1-2 % at D 128
-// non-causal 1k-16k, D 64 causal +7.5 / +4 % and D 192 causal +7.5 / +2 % at 1k / 4k; of
-// cuDNN, interleaved, 4k / 16k: D 64 1.01 / 1.07, causal 0.94 / 1.07; D 128 0.94 / 0.99,
-// causal 0.99 / 1.08; D 256 0.99 / 1.08, causal 1.01 / 1.20; D 192 1.05 / 1.12, causal 1.03 /
-// 1.20. H200, session 26, per-consumer Q barriers (K(0) issued before the Qs): D 256 +3-9 %
-// (1k-16k, causal the most), D 64 0-2 %, D 128 1k +2-4 %, D 128 4k / 16k unchanged (0.95 /
-// 0.99 of cuDNN non-causal, 0.98 / 1.09 causal, interleaved). H200, session 27, O staged in
-// shared memory and stored by TMA (a clock trace: the D 128 epilogue took ~3400 cycles per
-// work tile, one K/V step; staged ~1500): D 128 bf16 1k +8 %, causal +9 %, 4k +2 % / +2.4 %,
-// f16 4k +1-2 %, D 64 causal 4k +2 %, D 192 / 256 1k +6-12 %, 4k +3-5 %; the D 128 tile at
-// 192 keys: 16k +2-4 %; interleaved, of cuDNN at S >= 4k 0.94-1.18 (D 128 4k 0.99 / 1.00
-// bf16, 0.97 / 1.00 f16, 16k 1.01 / 1.07, 0.99 / 1.08, non-causal / causal).
+// Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process,
+// session 27, b37eede): of cuDNN at S >= 4k 0.94-1.18, D 128 4k 0.99 / 1.00 bf16, 0.97 / 1.00
+// f16, 16k 1.01 / 1.07, 0.99 / 1.08 (non-causal / causal); 1.1-2.8x torch's FlashAttention-2.
+// What changed what, session by session (per-consumer Q barriers, the staged O and its clock
+// trace, the narrow last tile, the band tile, paged prefill, ping-pong four times neutral,
+// a tile's last P·V carried into the next one 1-8 % slower): bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -86,6 +56,7 @@
 
 #include "device_ops.cuh"
 #include "fwd_tile_ops.cuh"
+#include "fwd_wgmma_params.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
 #include "sequence.cuh"
@@ -108,40 +79,6 @@ constexpr float kFfmaExpBound = -1.f;
 #else
 constexpr float kFfmaExpBound = 256.f;
 #endif
-
-// The kernel's parameters: the descriptor's and the three tensor maps (read by the copy
-// engine from parameter space: __grid_constant__).
-struct FwdTmaParams {
-  FwdParams p;
-  CUtensorMap q_map, k_map, v_map;
-  // O in boxes of kConsumerRows rows (dense kernels whose config stages O: kOStaging).
-  CUtensorMap o_map;
-  // Work tiles (query block, head, sequence), numbered as work_tile_order.cuh says; a
-  // block runs tile blockIdx (linear) and, when tile_counter is set (the persistent
-  // grid), then the tiles it takes from that counter (zero between launches: the last
-  // block resets it).
-  int num_qblocks, total_tiles;
-  int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
-  // Causal / banded masks: (head, sequence) pairs per L2 section and in the longest-first
-  // tail (work_tile_slot).
-  int section_pairs, tail_pairs;
-  // Packed batches: q, k, v maps in global memory with the row extents of the packed
-  // tensors (fwd_patch_packed_maps); null: the maps above.
-  const CUtensorMap* packed_maps;
-  // Paged caches: rows of one K / V box (launch_fwd_wgmma: a power of two from
-  // kPagedBoxRows up that divides both the tile's keys and the page size).
-  int paged_box_rows;
-};
-
-// Query block, head and sequence of work tile t, in the order of work_tile_order.cuh.
-struct FwdWorkTile {
-  int qblock, head, batch;
-};
-__device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int t) {
-  const WorkTileSlot w = work_tile_slot(t, tp.num_qblocks, tp.total_tiles / tp.num_qblocks,
-                                        tp.p.mask.bounded, tp.section_pairs, tp.tail_pairs);
-  return {w.qblock, w.pair % tp.p.heads_q, w.pair / tp.p.heads_q + tp.p.batch_offset};
-}
 
 template <class T, class C, bool kSequences>
 __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
@@ -773,51 +710,32 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       uint32_t packed[OT][2];  // before any wait: the conversions need no shared memory
 #pragma unroll
       for (int nt = 0; nt < OT; ++nt) packed[nt][0] = o_pair(nt, 0), packed[nt][1] = o_pair(nt, 1);
-      // This lane's row of the stmatrix matrices: lanes 8m.. address matrix m = (n8 block
-      // 2j + m / 2, row half m % 2) of pair j.
-      const int st_row = warp_in_wg * 16 + lane % 8 + 8 * ((lane / 8) % 2), st_chunk = lane / 16;
+      static_assert(Dv::kOAtomBytes == kOAtomBytes && CR == 64, "fwd_tile_ops.cuh's O atoms");
       constexpr int kPass = Dv::kOPassAtoms;
 #pragma unroll
       for (int a0 = 0; a0 < Dv::kOAtoms; a0 += kPass) {
+        const int a1 = min(a0 + kPass, Dv::kOAtoms);
         if (a0 > 0) {  // the previous pass's stores have read the buffer
           if (kTmaStoreO && ct == 0) bulk_wait_read<0>();
           named_barrier_sync(kConsumerBarrier0 + c, 128);
         } else if (kOInK) {  // every consumer's last S has read the K stage
           mbar_wait(empty_k(stage_of(sp.n_tiles - 1)), parity_of(sp.n_tiles - 1));
         }
-#pragma unroll
-        for (int a = a0; a < a0 + kPass && a < Dv::kOAtoms; ++a)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int nt = a * 8 + 2 * j;
-            stmatrix_x4(sO + (a - a0) * Dv::kOAtomBytes + st_row * 128 +
-                            (((2 * j + st_chunk) ^ (st_row % 8)) * 16),
-                        packed[nt][0], packed[nt][1], packed[nt + 1][0], packed[nt + 1][1]);
-          }
+        stage_o_atoms(sO, packed, a0, a1, warp_in_wg, lane);
         if constexpr (kTmaStoreO) {
           bulk_fence_writes();
           named_barrier_sync(kConsumerBarrier0 + c, 128);
           if (ct == 0)
 #pragma unroll
-            for (int a = a0; a < a0 + kPass && a < Dv::kOAtoms; ++a)
+            for (int a = a0; a < a1; ++a)
               tma_store_4d(&tp.o_map, sO + (a - a0) * Dv::kOAtomBytes, a * 64, sp.q0 + c * CR,
                            sp.head, sp.batch);
         } else {
-          // Thread ct stores 16-byte chunks ct, ct + 128, .. of the pass (8 a row: a warp
-          // writes four rows of 128 bytes), the rows in the sequence and the columns of
-          // head_dim_v only (a multiple of 8: a chunk is all in or all out).
           named_barrier_sync(kConsumerBarrier0 + c, 128);
-          const int rows = min(CR, mask.seqlen_q - (sp.q0 + c * CR));
           T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] +
                  (int64_t)(sp.q0 + c * CR) * p.o_stride[1];
-          constexpr int kPassChunks = kPass * CR * 8;
-#pragma unroll
-          for (int q = ct; q < kPassChunks; q += 128) {
-            const int a = a0 + q / (CR * 8), r = q % (CR * 8) / 8, ch = q % 8;
-            if (a < Dv::kOAtoms && r < rows && a * 64 + ch * 8 < p.head_dim_v)
-              *reinterpret_cast<uint4*>(o + (int64_t)r * p.o_stride[1] + a * 64 + ch * 8) =
-                  lds128(sO + (a - a0) * Dv::kOAtomBytes + r * 128 + ((ch ^ (r % 8)) * 16));
-          }
+          copy_o_atoms<kPass>(o, p.o_stride[1], sO, a0, a1,
+                              min(CR, mask.seqlen_q - (sp.q0 + c * CR)), p.head_dim_v, ct);
         }
       }
     };
