@@ -393,6 +393,22 @@ std::string check_one(const uint8_t* data, size_t size) {
       const double extra_dq = scale * ds_error * test::magnitude(in.k.to_packed());
       const double extra_dk = scale * ds_error * test::magnitude(in.q.to_packed()) *
                               static_cast<double>(d.seqlen_q * (d.heads_q / d.heads_kv));
+      // dv_j = Σ_i P_ij·dout_i is a P-weighted combination of dout's rows (o's argument
+      // again, but the weights of a column sum to anything up to Sq·group): rounding the
+      // weights moves dv_j by eps·Σ_i P_ij·|dout_i| even where the rows cancel (f32, D 1,
+      // 6 queries: dv = 0.0385 off by 8e-7 failed a bound scaled by max |grad| at 103 %;
+      // fuzz/regressions/backward_f32_d1_dv_cancellation). That weighted sum is the
+      // reference's dv with |dout| for dout.
+      HostTensor abs_dout = in.dout;
+      for (int64_t b = 0; b < abs_dout.batch; ++b)
+        for (int64_t s = 0; s < abs_dout.seq; ++s)
+          for (int64_t h = 0; h < abs_dout.heads; ++h)
+            for (int64_t e = 0; e < abs_dout.dim; ++e)
+              abs_dout.set(b, s, h, e, std::fabs(abs_dout.get(b, s, h, e)));
+      const double dv_weighted = test::magnitude(
+          reference::backward(in.problem, in.q.data(), in.k.data(), in.v.data(), abs_dout.data())
+              .dv);
+      const double dv_mag = std::max(mag, dv_weighted * logit_factor);
       const double eps = test::relative_epsilon(tdtype);
       if (!matches(name + " dq", dq.to_packed(), grad.dq, naive.dq, tdtype, mag + extra_dq / eps,
                    why))
@@ -401,7 +417,7 @@ std::string check_one(const uint8_t* data, size_t size) {
         if (!matches(name + " dk", dk.to_packed(), grad.dk, naive.dk, tdtype, mag + extra_dk / eps,
                      why))
           fail << why << "\n";
-        if (!matches(name + " dv", dv.to_packed(), grad.dv, naive.dv, tdtype, mag, why))
+        if (!matches(name + " dv", dv.to_packed(), grad.dv, naive.dv, tdtype, dv_mag, why))
           fail << why << "\n";
       }
       if (!dq.padding_untouched() || !dk.padding_untouched() || !dv.padding_untouched())
