@@ -67,6 +67,7 @@
 
 #include "bwd_dq_order.cuh"
 #include "bwd_kv_kernel.cuh"
+#include "phase_trace.cuh"
 #include "tma_map.hpp"
 #include "tma_ops.cuh"
 #include "wgmma_ops.cuh"
@@ -75,6 +76,23 @@ namespace flash::cuda {
 
 // Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
 constexpr int kBwdMmaBarrier = 1;
+
+// Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each MMA warpgroup, the dQ
+// thread and the loader thread each mark the end of the phases they run.
+enum BwdTraceRole : int { kBwdTraceMma0, kBwdTraceMma1, kBwdTraceDq, kBwdTraceLoader };
+enum BwdTracePhase : int {
+  kBwdPhPrologue,   // MMA: block start to the first step (K / V loads, quarantine, barrier)
+  kBwdPhStageWait,  // MMA: the step's Q / dO stage to land; loader: a stage to empty
+  kBwdPhBarrier,    // MMA: the step's first barrier (the other warpgroup)
+  kBwdPhSdp,        // MMA: Sᵀ / dPᵀ issued and waited for (overlapped order: with i−1's)
+  kBwdPhGrads,      // MMA: element-wise Pᵀ / dSᵀ, packing, the dSᵀ tile stores
+  kBwdPhDvDk,       // MMA: dV / dK issued and waited for; dQ thread: the add's issue and read
+  kBwdPhDsBarrier,  // MMA: the barrier before dQᵀ (the whole dSᵀ tile written)
+  kBwdPhDq,         // MMA: dQᵀ issued and waited for; dQ thread: its turn (ordered mode)
+  kBwdPhStageDq,    // MMA: the dQ staging tile (its read by the copy engine, the stores)
+  kBwdPhEpilogue,   // MMA: dK / dV stores; dQ thread: each add's completion (ordered mode)
+  kBwdPhIssue,      // dQ thread: the staging tile to be full; loader: a stage's copies issued
+};
 
 // Tensor maps of Q and dO (tma_map.hpp; a box is kBlockQ rows x 64 columns) for the loader's
 // TMA copies. use = false (packed batches): the loader's threads copy with cp.async instead,
@@ -180,6 +198,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const T *k = blk.k, *v = blk.v, *q_batch = blk.q_batch, *do_batch = blk.do_batch;
   T *dk = blk.dk, *dv = blk.dv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  PhaseClock clk(tid == 0 || tid == 128 || tid == kThreads || tid == kLoaderFirst,
+                 tid == 0          ? kBwdTraceMma0
+                 : tid == 128      ? kBwdTraceMma1
+                 : tid == kThreads ? kBwdTraceDq
+                                   : kBwdTraceLoader);
   const int g = lane / 4, tig = lane % 4;
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
   // Its 64 key rows inside each K/V atom; the key-row slot of this warp (16 rows each).
@@ -537,24 +560,28 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         }
         Tile t = first;
         for (int step = 0; step < early_steps; ++step) t = next_tile(t);
+        clk.mark(kBwdPhPrologue);
         for (int step = early_steps; step < steps; ++step, t = next_tile(t)) {
           const int st = step % L::kStages;
           if constexpr (L::kDqInStage)
             wait_dq_tile_read(step);
           else
             mbar_wait(stage_empty(st), ((step / L::kStages) & 1) ^ 1);
+          clk.mark(kBwdPhStageWait);
           if (maps.use) {
             load_step_tma(t);
           } else {
             load_step(t, lt);
             mbar_arrive_on_cp_async(stage_full(st));
           }
+          clk.mark(kBwdPhIssue);
         }
         cp_async_commit();
         cp_async_wait<0>();
         return;
       }
       if (tid != kThreads) return;
+      clk.mark(kBwdPhPrologue);
       Tile t = first;
       for (int step = 0; step < steps; ++step, t = next_tile(t)) {
         const int st = step % L::kDqStages;
@@ -567,13 +594,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           seen = load_counter(counter);
         }
         mbar_wait(dq_full(st), (step / L::kDqStages) & 1);
+        clk.mark(kBwdPhIssue);
         if (p.dq_ordered) wait_counter(counter, rank, seen);
+        clk.mark(kBwdPhDq);
         bulk_reduce_add(dst, smem_addr(dq_tile(step)), kDqTile * 4);
         bulk_wait_read<0>();
         mbar_arrive(dq_empty(st));
+        clk.mark(kBwdPhDvDk);
         if (p.dq_ordered) {
           bulk_wait_all();
           release_counter(counter);
+          clk.mark(kBwdPhEpilogue);
         }
       }
       bulk_wait_all();  // every add performed before the exit
@@ -617,6 +648,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     fence_proxy_async_smem();  // the tiles are read by wgmma (after a barrier)
   };
 
+  clk.mark(kBwdPhPrologue);
   if constexpr (kOverlap) {
     // Overlapped order: the dV/dK/dQᵀ products of step i−1 run on the tensor cores while
     // step i's element-wise phase runs (three of the five products hidden behind it):
@@ -662,7 +694,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int step = 1; step < steps; ++step) {
       const Tile cur = next_tile(prev);
       begin_step(step);
+      clk.mark(kBwdPhStageWait);
       mma_sync();  // both warpgroups' Pᵀ / dSᵀ tiles of step − 1 are written
+      clk.mark(kBwdPhBarrier);
       // The next step's stage is step − 2's: both warpgroups waited for its products.
       if (inline_loads && tid == 0 && step + 1 < steps) load_step_tma(next_tile(cur));
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
@@ -675,14 +709,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
+      clk.mark(kBwdPhSdp);
       scores_to_grads(cur, s, dp, s, dp);
+      clk.mark(kBwdPhGrads);
       if constexpr (kGradsInRegs) wgmma_wait<0>();  // dV / dK(i−1) have read pf_prev / df_prev
       keep_grads(step, s, dp);
       if constexpr (!kGradsInRegs) wgmma_wait<0>();  // the tiles' stores overlapped them
       if (!inline_loads) release_stage(step - 1);    // its dV / dK products are done
+      clk.mark(kBwdPhDvDk);
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(prev, dq);
+      clk.mark(kBwdPhStageDq);
       prev = cur;
     }
     {  // the last step's products, once its tiles are complete
@@ -706,6 +744,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step(step);
+      clk.mark(kBwdPhStageWait);
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
@@ -713,18 +752,24 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
+      clk.mark(kBwdPhSdp);
       scores_to_grads(cur, s, dp, s, dp);
       store_grads(step, s, dp);
+      clk.mark(kBwdPhGrads);
       mma_sync();  // the whole Pᵀ and dSᵀ tiles are written
+      clk.mark(kBwdPhDsBarrier);
       wgmma_fence();
       dv_dk_products_ss(step);
       dq_products(step, dq);
       wgmma_commit();
       wgmma_wait<0>();
+      clk.mark(kBwdPhDvDk);  // dV, dK and dQᵀ together here
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       mma_sync();  // both warpgroups' dK / dV products have read this stage
+      clk.mark(kBwdPhBarrier);
       stage_dq(cur, dq);
+      clk.mark(kBwdPhStageDq);
       cur = next_tile(cur);
     }
   } else {
@@ -738,7 +783,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step(step);
+      clk.mark(kBwdPhStageWait);
       mma_sync();  // the other warpgroup's dQᵀ products of step − 1 have read the dSᵀ tile
+      clk.mark(kBwdPhBarrier);
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
       wgmma_fence();
       sdp_products(step, s, dp);
@@ -746,32 +793,39 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
+      clk.mark(kBwdPhSdp);
       scores_to_grads(cur, s, dp, s, dp);
       uint32_t pf[KS][4], df[KS][4];
       pack_fragment(s, pf);
       pack_fragment(dp, df);
       store_tile(ds_tile(step), df);
       fence_proxy_async_smem();  // the tile is read by wgmma (after the barrier below)
+      clk.mark(kBwdPhGrads);
       wgmma_fence();
       dv_dk_products(step, pf, df);
       wgmma_commit();
       // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
       // registers for dQᵀ (the register budget of D = 128).
       if constexpr (BQ > 32) wgmma_wait<0>();
+      clk.mark(kBwdPhDvDk);
       mma_sync();  // the whole dSᵀ tile is written
+      clk.mark(kBwdPhDsBarrier);
       dq_products(step, dq);
       wgmma_commit();
       wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
       release_stage(step);
+      clk.mark(kBwdPhDq);
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
       stage_dq(cur, dq);
+      clk.mark(kBwdPhStageDq);
       cur = next_tile(cur);
     }
   }
   wgmma_fence_operands(acc_dk);
   wgmma_fence_operands(acc_dv);
   store_dk_dv();
+  clk.mark(kBwdPhEpilogue);
 #else
   __trap();  // chosen only where sm_90a code exists (bwd_wgmma_usable)
 #endif
@@ -792,9 +846,17 @@ void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, con
     maps.dout = make_tile_map({params.dout, bf16, f.head_dim_v, f.mask.seqlen_q, f.heads_q, batch,
                                f.o_stride[1], f.o_stride[2], f.o_stride[0], C::kBlockQ});
   }
+  phase_trace_before_launch(stream);
   launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
       params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad, stream,
       maps);
+  static const char* const kRoles[] = {"mma warpgroup 0", "mma warpgroup 1", "dQ thread",
+                                       "loader thread", nullptr};
+  static const char* const kPhases[] = {
+      "prologue",     "stage wait",          "barrier",    "S/dP products",
+      "element-wise", "dV/dK | dQ add",      "dS barrier", "dQ products | turn",
+      "stage dQ",     "epilogue | add done", "issue",      nullptr};
+  phase_trace_after_launch(stream, C::kName, kRoles, kPhases);
 }
 
 }  // namespace flash::cuda
