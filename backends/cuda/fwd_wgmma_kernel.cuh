@@ -59,6 +59,7 @@
 #include "fwd_wgmma_params.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
+#include "phase_trace.cuh"
 #include "sequence.cuh"
 #include "tile_configs.hpp"
 #include "tma_map.hpp"
@@ -67,6 +68,23 @@
 #include "work_tile_order.cuh"
 
 namespace flash::cuda {
+
+// Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each consumer (role c) and
+// the producer's thread 0 (role kFwdTraceProducer) mark the end of the phases they run.
+constexpr int kFwdTraceProducer = 3;
+enum FwdTracePhase : int {
+  kFwdPhQWait,      // consumer: its Q to land (and the work tile to start); producer: a Q slot
+  kFwdPhFirstS,     // consumer: K(0) to land, S(0) issued and waited for; producer: a K/V stage
+  kFwdPhFirstSoft,  // consumer: tile 0's softmax and P
+  kFwdPhKvWait,     // consumer: K(i) and V(i−1) to land; producer: a staged O to be read
+  kFwdPhS,          // consumer: S(i) and P(i−1)·V(i−1) issued, S(i) waited for
+  kFwdPhSoftmax,    // consumer: tile i's softmax (P(i−1)·V(i−1) still on the tensor cores)
+  kFwdPhPv,         // consumer: P(i−1)·V(i−1) waited for, O rescaled, P packed
+  kFwdPhLastPv,     // consumer: V(last) to land, the last P·V
+  kFwdPhEpilogue,   // consumer: O normalised, lse, O staged and stored
+  kFwdPhIssue,      // producer: copies issued, the next work tile taken
+};
+static_assert(kFwdTraceProducer < kTraceRoles, "consumers 0..2 and the producer");
 
 // Named barrier of consumer c's own 128 threads (the exact-path vote, the O staging; 0 is
 // __syncthreads').
@@ -184,6 +202,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const bool paged = kSequences && p.block_table != nullptr;
     if (tid >= 32 || (!paged && tid != 0)) return;
     const bool leader = tid == 0;
+    PhaseClock clk(leader, kFwdTraceProducer);
     const CUtensorMap* q_map = tp.packed_maps ? tp.packed_maps : &tp.q_map;
     const CUtensorMap* k_map = tp.packed_maps ? tp.packed_maps + 1 : &tp.k_map;
     const CUtensorMap* v_map = tp.packed_maps ? tp.packed_maps + 2 : &tp.v_map;
@@ -238,6 +257,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       // the tensor's rows (an idle consumer's) is valid: the copy engine fills it with zeros.
       const auto load_q = [&](int c) {
         mbar_wait(empty_q(c), q_parity);
+        clk.mark(kFwdPhQWait);
         if (!leader) return;
         tile_slot[c] = t;
         if (sp.n_tiles == 0) {
@@ -267,6 +287,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         const int k0 = (sp.tile_begin + i) * BN;
         const uint32_t tile = tile0 + s * Dv::kTileKVBytes;
         mbar_wait(empty_of(s), parity ^ 1);  // every consumer is done with ring slot ring + i - ST
+        clk.mark(kFwdPhFirstS);
         if (leader) mbar_arrive_expect_tx(full_of(s), Dv::kTileKVBytes);
         if (paged) {
           if (tid < boxes)
@@ -280,6 +301,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
             tma_load_4d(tile + a * BN * 128, map, full_of(s), a * 64,
                         static_cast<int>(sp.seq.kv_row) + k0, kv_head, kv_batch);
         }
+        clk.mark(kFwdPhIssue);
       };
       const auto load_k = [&](int i) {
         if (paged) {
@@ -290,6 +312,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           const int s = (ring + i) % ST;
           if (o_state >> s & 1u) {
             mbar_wait(o_read(s), o_state >> (8 + s) & 1u);
+            clk.mark(kFwdPhKvWait);
             o_state ^= 0x101u << s;  // released; the next phase's parity
           }
         }
@@ -342,6 +365,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const int c = __reduce_max_sync(0xffffffffu, wg - 1);
   const int ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
   const int g = lane / 4, tig = lane % 4;
+  PhaseClock clk(ct == 0, c);
 
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
@@ -552,6 +576,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 
   for (int n = 0;; ++n) {
     mbar_wait(full_q(c), n & 1);
+    clk.mark(kFwdPhQWait);
     // (c is warp-uniform to ptxas, so is t: a wgmma under a branch on a value ptxas cannot
     // prove uniform is serialised, C7520.)
     const int t = tile_slot[c];
@@ -618,12 +643,14 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         release_o_stage();  // the previous work tile's O stores, under S(0)
         wgmma_wait<0>();
         wgmma_fence_operands(s_flat);
+        clk.mark(kFwdPhFirstS);
         mbar_arrive(empty_k(stage_of(0)));
         // Q is read by S = Q·Kᵀ only: after this consumer's last S the producer may load its
         // rows of the next work tile's Q while this one finishes.
         if (n_tiles == 1) mbar_arrive(empty_q(c));
         softmax_at(0, alpha, n_tiles == 1 && narrow);
         pack_p();
+        clk.mark(kFwdPhFirstSoft);
       };
       // Tile i: S(i) is issued before P(i-1)·V(i-1), and the softmax of S(i) runs while
       // that product is still on the tensor cores (FlashAttention-3's intra-warpgroup
@@ -633,6 +660,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         float alpha[2];
         mbar_wait(full_k(stage_of(i)), parity_of(i));
         mbar_wait(full_v(stage_of(i - 1)), parity_of(i - 1));
+        clk.mark(kFwdPhKvWait);
         const bool exact = needs_exact_pv(i - 1);
         if (exact) pv_exact(i - 1);
         wgmma_fence();  // pf and O were written by ordinary instructions
@@ -650,14 +678,17 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           wgmma_wait<0>();  // S(i) has landed (P(i-1)·V(i-1) was done by pv_exact)
         }
         wgmma_fence_operands(s_flat);
+        clk.mark(kFwdPhS);
         mbar_arrive(empty_k(stage_of(i)));
         if (i == n_tiles - 1) mbar_arrive(empty_q(c));
         softmax_at(i, alpha, i == n_tiles - 1 && narrow);
+        clk.mark(kFwdPhSoftmax);
         wgmma_wait<0>();
         wgmma_fence_operands(acc_flat);
         mbar_arrive(empty_v(stage_of(i - 1)));
         rescale_o(alpha);
         pack_p();
+        clk.mark(kFwdPhPv);
       };
       // The last tile's P·V.
       const auto last_pv = [&](auto width) {
@@ -683,6 +714,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         last_pv(FullWidth{});
       }
       mbar_arrive(empty_v(stage_of(last)));
+      clk.mark(kFwdPhLastPv);
     }
 
     // ---- normalise, store O and lse ------------------------------------------------------------
@@ -784,6 +816,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         }
       }
     }
+    clk.mark(kFwdPhEpilogue);
     ring_base += n_tiles;
   }
 #else
