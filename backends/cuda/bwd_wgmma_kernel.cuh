@@ -76,6 +76,14 @@ namespace flash::cuda {
 
 // Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
 constexpr int kBwdMmaBarrier = 1;
+// A share of the element-wise phase's exponents on the FMA pipe (poly_exp2.hpp): of every 8
+// n8 blocks of Pᵀ, the first kBwdPolyExpPer8. Off (0) until measured: FLASH_BWD_POLY_EXP sets
+// it for A/B builds.
+#ifndef FLASH_BWD_POLY_EXP
+#define FLASH_BWD_POLY_EXP 0
+#endif
+constexpr int kBwdPolyExpPer8 = FLASH_BWD_POLY_EXP;
+static_assert(kBwdPolyExpPer8 >= 0 && kBwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
 
 // Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each MMA warpgroup, the dQ
 // thread and the loader thread each mark the end of the phases they run.
@@ -413,7 +421,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         for (int e = 0; e < 4; ++e) {
           float ds;
           float pv = grad.template eval<false, kSoftcap>(
-              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
+              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds,
+              j % 8 < kBwdPolyExpPer8);
           if constexpr (decltype(masked)::value) {
             const int row = q0 + j * 8 + tig * 2 + (e & 1);
             const int key = kw0 + g + (e >= 2 ? 8 : 0);

@@ -60,6 +60,7 @@
 #include "kernel_params.hpp"
 #include "mask.cuh"
 #include "phase_trace.cuh"
+#include "poly_exp2.hpp"
 #include "sequence.cuh"
 #include "tile_configs.hpp"
 #include "tma_map.hpp"
@@ -97,6 +98,14 @@ constexpr float kFfmaExpBound = -1.f;
 #else
 constexpr float kFfmaExpBound = 256.f;
 #endif
+// A share of the one-FFMA path's exponents on the FMA pipe (poly_exp2.hpp): of every 8 n8
+// blocks of a tile, the first kFwdPolyExpPer8 take poly_exp2, the others ex2.approx. Off (0)
+// until measured: FLASH_FWD_POLY_EXP (and FLASH_POLY_EXP_DEGREE) set it for A/B builds.
+#ifndef FLASH_FWD_POLY_EXP
+#define FLASH_FWD_POLY_EXP 0
+#endif
+constexpr int kFwdPolyExpPer8 = FLASH_FWD_POLY_EXP;
+static_assert(kFwdPolyExpPer8 >= 0 && kFwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
 
 template <class T, class C, bool kSequences>
 __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
@@ -526,7 +535,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       for (int nt = 0; nt < WT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s_w[0][nt][e] = fast_exp2(fmaf(s_w[0][nt][e], mult, neg_max[e / 2]));
+          const float x = fmaf(s_w[0][nt][e], mult, neg_max[e / 2]);
+          s_w[0][nt][e] = nt % 8 < kFwdPolyExpPer8 ? poly_exp2<kPolyExpDegree>(x) : fast_exp2(x);
           sum[e / 2] += s_w[0][nt][e];
         }
     } else {
