@@ -43,10 +43,6 @@ class PhaseClock {
     atomicAdd(&g_phase_marks[sm][role_][phase], 1ull);
     last_ = now;
   }
-  // The time since the last mark belongs to no phase (e.g. a wait this trace leaves out).
-  __device__ __forceinline__ void skip() {
-    if (role_ >= 0) last_ = clock();
-  }
 
  private:
   unsigned last_;
@@ -101,7 +97,6 @@ class PhaseClock {
  public:
   __device__ __forceinline__ PhaseClock(bool, int) {}
   __device__ __forceinline__ void mark(int) {}
-  __device__ __forceinline__ void skip() {}
 };
 inline void phase_trace_before_launch(cudaStream_t) {}
 inline void phase_trace_after_launch(cudaStream_t, const char*, const char* const*,
