@@ -3,7 +3,7 @@
 // exponents a cycle per SM, so a tile's softmax waits on it (MUFU.EX2 was the largest stall of
 // the Hopper forward under ncu, bench/RESULTS.md session 21) while the FMA pipe, 128 lanes wide,
 // has room. Cody-Waite split x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by a minimax
-// polynomial; 2^n added into the exponent bits. Relative error (f32 evaluation, all x in
+// polynomial, times 2^n built in an exponent field. Relative error (f32 evaluation, all x in
 // [-125, 64]): degree 3 7.5e-5, degree 4 2.7e-6 (ex2.approx: 2^-22 ~ 2.4e-7) — under the half
 // ulp of bf16 / f16 that P is rounded to. x < -125 (and -inf) gives +0 exactly, as
 // ex2.approx.ftz does for masked scores; NaN stays NaN. Host and device (checked on the host by
