@@ -12,7 +12,7 @@
 #include "bwd_f32_kernel.cuh"
 #include "bwd_kv_kernel.cuh"
 #include "bwd_preprocess.cuh"
-#include "bwd_wgmma_kernel.cuh"
+#include "bwd_wgmma_launch.cuh"
 
 namespace flash::cuda {
 

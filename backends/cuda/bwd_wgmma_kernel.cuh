@@ -41,23 +41,18 @@
 // step ahead); packed batches copy with cp.async from all 64 loader threads (a box would bring
 // the next sequence's rows). Measured over the MMA warps' own cp.async one stage ahead: D = 64
 // +0-3 %, D = 128 +2-9 %, D = 256 +10-18 % (bench/RESULTS.md, sessions 16-17). The MMA warps
-// wait for another block only
-// through "empty": at D = 64 / 128 for a staging tile two steps back; at D = 256 (kDqInStage)
-// mid-step, for the read of the previous step's tile before its stage loads again, so in the
-// ordered mode a late block earlier in a tile's order can stall them by about half a step.
-// That wait cannot close a cycle: the add it waits for depends only on blocks earlier in the
-// order (see "ordered dQ accumulation").
+// wait for another block only through "empty": at D = 64 / 128 for a staging tile two steps
+// back; at D = 256 (kDqInStage) mid-step, for the read of the previous step's tile before its
+// stage loads again, so in the ordered mode a late block earlier in a tile's order can stall
+// them by about half a step. That wait cannot close a cycle: the add it waits for depends only
+// on blocks earlier in the order (see "ordered dQ accumulation").
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention shapes, deterministic, S = 2k / 8k / 16k, beside torch
-// in one call, 2026-11-27, bench/RESULTS.md, session 17): D = 64 328 / 374 / 390 TFLOP/s =
-// 0.85 / 0.87 / 0.88 of cuDNN, causal 267 / 359 / 379 = 0.89 / 0.90 / 0.90 (register operands
-// since: +4-9 %, H100 0.96-1.02 at 8k / 16k, session 19); D = 128 440 / 477 / 493 = 0.99 /
-// 0.88 / 0.94, causal 327 / 423 / 465 = 0.99 / 0.90 / 0.90; D = 256 368 / 383 / 388 = 1.14 /
-// 1.10 / 1.11 (causal 1.11 / 1.02 / 1.06) of cuDNN, 1.5-1.7x torch's FlashAttention-2.
-// D = 96 on the 128 tile 1.13-1.45x torch flash, D = 192 on the 256 tile 1.04-1.18x (session
-// 13, before the TMA loads).
+// Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k): D = 64
+// 0.89-0.98 of cuDNN (session 19); D = 128 443 / 503-511 / 506 TFLOP/s (session 28), 0.90-0.96
+// of cuDNN's numbers of sessions 19-21; D = 256 0.92-1.12 of cuDNN, 1.4-1.6x torch's
+// FlashAttention-2. What changed what, session by session: bench/RESULTS.md.
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
@@ -67,49 +62,12 @@
 
 #include "bwd_dq_order.cuh"
 #include "bwd_kv_kernel.cuh"
+#include "bwd_wgmma_params.cuh"
 #include "phase_trace.cuh"
-#include "tma_map.hpp"
 #include "tma_ops.cuh"
 #include "wgmma_ops.cuh"
 
 namespace flash::cuda {
-
-// Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
-constexpr int kBwdMmaBarrier = 1;
-// A share of the element-wise phase's exponents on the FMA pipe (poly_exp2.hpp): of every 8
-// n8 blocks of Pᵀ, the first kBwdPolyExpPer8. Off (0) until measured: FLASH_BWD_POLY_EXP sets
-// it for A/B builds.
-#ifndef FLASH_BWD_POLY_EXP
-#define FLASH_BWD_POLY_EXP 0
-#endif
-constexpr int kBwdPolyExpPer8 = FLASH_BWD_POLY_EXP;
-static_assert(kBwdPolyExpPer8 >= 0 && kBwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
-
-// Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each MMA warpgroup, the dQ
-// thread and the loader thread each mark the end of the phases they run.
-enum BwdTraceRole : int { kBwdTraceMma0, kBwdTraceMma1, kBwdTraceDq, kBwdTraceLoader };
-enum BwdTracePhase : int {
-  kBwdPhPrologue,   // MMA: block start to the first step (K / V loads, quarantine, barrier)
-  kBwdPhStageWait,  // MMA: the step's Q / dO stage to land; loader: a stage to empty
-  kBwdPhBarrier,    // MMA: the step's first barrier (the other warpgroup)
-  kBwdPhSdp,        // MMA: Sᵀ / dPᵀ issued and waited for (overlapped order: with i−1's)
-  kBwdPhGrads,      // MMA: element-wise Pᵀ / dSᵀ, packing, the dSᵀ tile stores
-  kBwdPhDvDk,       // MMA: dV / dK issued and waited for; dQ thread: the add's issue and read
-  kBwdPhDsBarrier,  // MMA: the barrier before dQᵀ (the whole dSᵀ tile written)
-  kBwdPhDq,         // MMA: dQᵀ issued and waited for; dQ thread: its turn (ordered mode)
-  kBwdPhStageDq,    // MMA: the dQ staging tile (its read by the copy engine, the stores)
-  kBwdPhEpilogue,   // MMA: dK / dV stores; dQ thread: each add's completion (ordered mode)
-  kBwdPhIssue,      // dQ thread: the staging tile to be full; loader: a stage's copies issued
-};
-
-// Tensor maps of Q and dO (tma_map.hpp; a box is kBlockQ rows x 64 columns) for the loader's
-// TMA copies. use = false (packed batches): the loader's threads copy with cp.async instead,
-// which zero-fills a tile's rows past its sequence (a TMA box would bring the next
-// sequence's rows there).
-struct BwdLoadMaps {
-  CUtensorMap q, dout;
-  bool use;
-};
 
 template <class T, class C, bool kSoftcap>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
@@ -206,11 +164,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const T *k = blk.k, *v = blk.v, *q_batch = blk.q_batch, *do_batch = blk.do_batch;
   T *dk = blk.dk, *dv = blk.dv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  PhaseClock clk(tid == 0 || tid == 128 || tid == kThreads || tid == kLoaderFirst,
-                 tid == 0          ? kBwdTraceMma0
-                 : tid == 128      ? kBwdTraceMma1
-                 : tid == kThreads ? kBwdTraceDq
-                                   : kBwdTraceLoader);
+  // Trace roles: thread 0 of MMA warpgroup wg (role wg), the dQ thread, the loader's first.
+  PhaseClock clk(tid % 128 == 0 || tid == kLoaderFirst, tid < kThreads    ? tid / 128
+                                                        : tid == kThreads ? kBwdTraceDq
+                                                                          : kBwdTraceLoader);
   const int g = lane / 4, tig = lane % 4;
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
   // Its 64 key rows inside each K/V atom; the key-row slot of this warp (16 rows each).
@@ -838,34 +795,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #else
   __trap();  // chosen only where sm_90a code exists (bwd_wgmma_usable)
 #endif
-}
-
-template <class T, class C>
-void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
-                      int rows_pad, cudaStream_t stream) {
-  // Q and dO maps over [batch, seqlen_q, heads_q, dim] (their pointers and strides are
-  // 16-byte aligned: cuda_backend.cu checks before any backward).
-  const FwdParams& f = params.f;
-  BwdLoadMaps maps{};
-  maps.use = f.cu_seqlens_q == nullptr && f.mask.seqlen_q > 0;
-  if (maps.use) {
-    const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-    maps.q = make_tile_map({f.q, bf16, f.head_dim, f.mask.seqlen_q, f.heads_q, batch, f.q_stride[1],
-                            f.q_stride[2], f.q_stride[0], C::kBlockQ});
-    maps.dout = make_tile_map({params.dout, bf16, f.head_dim_v, f.mask.seqlen_q, f.heads_q, batch,
-                               f.o_stride[1], f.o_stride[2], f.o_stride[0], C::kBlockQ});
-  }
-  phase_trace_before_launch(stream);
-  launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
-      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad, stream,
-      maps);
-  static const char* const kRoles[] = {"mma warpgroup 0", "mma warpgroup 1", "dQ thread",
-                                       "loader thread", nullptr};
-  static const char* const kPhases[] = {
-      "prologue",     "stage wait",          "barrier",    "S/dP products",
-      "element-wise", "dV/dK | dQ add",      "dS barrier", "dQ products | turn",
-      "stage dQ",     "epilogue | add done", "issue",      nullptr};
-  phase_trace_after_launch(stream, C::kName, kRoles, kPhases);
 }
 
 }  // namespace flash::cuda

@@ -1,16 +1,16 @@
 // Forward attention on Hopper (sm_90a, f16 / bf16): warp-specialised wgmma + TMA.
 //
-// Algorithm (FlashAttention-3's structure): a block works through work tiles (query
-// block, head, sequence): on the persistent grid (the default: one block per SM,
-// cuda_backend.cu's fwd_wgmma_persistent) the tiles it takes from a counter, the next
-// tile's Q (each consumer's rows once its own last S no longer reads them) and K/V loading while
-// the consumers finish this one; otherwise one tile per block. kConsumers + 1 warpgroups
-// (tile_configs.hpp). Warpgroup 0 is the producer: it gives its
-// registers away (setmaxnreg) and one thread issues bulk tensor copies (TMA) of the Q
-// tile and of each visible K and V tile into a ring of kStages shared-memory stages, each
-// guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer done
-// with it); each consumer's rows of Q have a full / empty pair of their own, so a consumer
-// starts its next work tile without waiting for the others' last S.
+// Algorithm (FlashAttention-3's structure): a block works through work tiles (query block,
+// head, sequence): on the persistent grid (the default: one block per SM, cuda_backend.cu's
+// fwd_wgmma_persistent) the tiles it takes from a counter, the next tile's Q (each consumer's
+// rows once its own last S no longer reads them) and K/V loading while the consumers finish
+// this one; otherwise one tile per block. kConsumers + 1 warpgroups (tile_configs.hpp).
+// Warpgroup 0 is the producer: it gives its registers away (setmaxnreg) and one thread issues
+// bulk tensor copies (TMA) of the Q tile and of each visible K and V tile into a ring of
+// kStages shared-memory stages, each guarded by a "full" mbarrier (bytes landed) and an
+// "empty" one (every consumer done with it); each consumer's rows of Q have a full / empty
+// pair of their own, so a consumer starts its next work tile without waiting for the others'
+// last S.
 // The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma with both
 // operands in shared memory (m64 x kBlockN), the online softmax on the accumulators
 // (fwd_tile_ops.cuh: exact exponent form, softcap, mask only on boundary tiles), then
@@ -69,43 +69,6 @@
 #include "work_tile_order.cuh"
 
 namespace flash::cuda {
-
-// Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each consumer (role c) and
-// the producer's thread 0 (role kFwdTraceProducer) mark the end of the phases they run.
-constexpr int kFwdTraceProducer = 3;
-enum FwdTracePhase : int {
-  kFwdPhQWait,      // consumer: its Q to land (and the work tile to start); producer: a Q slot
-  kFwdPhFirstS,     // consumer: K(0) to land, S(0) issued and waited for; producer: a K/V stage
-  kFwdPhFirstSoft,  // consumer: tile 0's softmax and P
-  kFwdPhKvWait,     // consumer: K(i) and V(i−1) to land; producer: a staged O to be read
-  kFwdPhS,          // consumer: S(i) and P(i−1)·V(i−1) issued, S(i) waited for
-  kFwdPhSoftmax,    // consumer: tile i's softmax (P(i−1)·V(i−1) still on the tensor cores)
-  kFwdPhPv,         // consumer: P(i−1)·V(i−1) waited for, O rescaled, P packed
-  kFwdPhLastPv,     // consumer: V(last) to land, the last P·V
-  kFwdPhEpilogue,   // consumer: O normalised, lse, O staged and stored
-  kFwdPhIssue,      // producer: copies issued, the next work tile taken
-};
-static_assert(kFwdTraceProducer < kTraceRoles, "consumers 0..2 and the producer");
-
-// Named barrier of consumer c's own 128 threads (the exact-path vote, the O staging; 0 is
-// __syncthreads').
-constexpr int kConsumerBarrier0 = 1;
-// Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
-// (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
-// FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
-#if FLASH_FWD_WGMMA_EXACT_EXP
-constexpr float kFfmaExpBound = -1.f;
-#else
-constexpr float kFfmaExpBound = 256.f;
-#endif
-// A share of the one-FFMA path's exponents on the FMA pipe (poly_exp2.hpp): of every 8 n8
-// blocks of a tile, the first kFwdPolyExpPer8 take poly_exp2, the others ex2.approx. Off (0)
-// until measured: FLASH_FWD_POLY_EXP (and FLASH_POLY_EXP_DEGREE) set it for A/B builds.
-#ifndef FLASH_FWD_POLY_EXP
-#define FLASH_FWD_POLY_EXP 0
-#endif
-constexpr int kFwdPolyExpPer8 = FLASH_FWD_POLY_EXP;
-static_assert(kFwdPolyExpPer8 >= 0 && kFwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
 
 template <class T, class C, bool kSequences>
 __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)

@@ -112,20 +112,7 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
                           : dim3(num_qblocks, params.heads_q, n);
     phase_trace_before_launch(stream);
     kernel<<<grid, Dv::kThreads, Dv::kSmemBytes, stream>>>(tp);
-    static const char* const kRoles[] = {"consumer 0", "consumer 1", "consumer 2", "producer",
-                                         nullptr};
-    static const char* const kPhases[] = {"Q wait | Q slot",
-                                          "S(0) | K/V stage",
-                                          "softmax(0)",
-                                          "K/V wait | O read",
-                                          "S(i) [+ P·V(i-1)]",
-                                          "softmax(i)",
-                                          "P·V(i-1) wait",
-                                          "last P·V",
-                                          "epilogue",
-                                          "issue",
-                                          nullptr};
-    phase_trace_after_launch(stream, C::kName, kRoles, kPhases);
+    phase_trace_after_launch(stream, C::kName, kFwdTraceRoleNames, kFwdTracePhaseNames);
   }
 }
 

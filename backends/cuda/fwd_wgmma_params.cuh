@@ -1,11 +1,14 @@
 // Parameters of the Hopper forward (fwd_wgmma_kernel.cuh), shared by the kernel and its
-// host launch (fwd_wgmma_launch.cuh): the descriptor's fields, the tensor maps, and the
-// numbering of work tiles (query block, head, sequence).
+// host launch (fwd_wgmma_launch.cuh): the descriptor's fields, the tensor maps, the
+// numbering of work tiles (query block, head, sequence); and the kernel's compile-time
+// constants (consumer barrier ids, the softmax's exponent switches) and phase-trace
+// vocabulary (phase_trace.cuh).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
 
 #include "kernel_params.hpp"
+#include "phase_trace.cuh"
 #include "work_tile_order.cuh"
 
 namespace flash::cuda {
@@ -43,5 +46,56 @@ __device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int
                                         tp.p.mask.bounded, tp.section_pairs, tp.tail_pairs);
   return {w.qblock, w.pair % tp.p.heads_q, w.pair / tp.p.heads_q + tp.p.batch_offset};
 }
+
+// Named barrier of consumer c's own 128 threads (the exact-path vote, the O staging; 0 is
+// __syncthreads').
+constexpr int kConsumerBarrier0 = 1;
+// Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
+// (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
+// FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
+#if FLASH_FWD_WGMMA_EXACT_EXP
+constexpr float kFfmaExpBound = -1.f;
+#else
+constexpr float kFfmaExpBound = 256.f;
+#endif
+// A share of the one-FFMA path's exponents on the FMA pipe (poly_exp2.hpp): of every 8 n8
+// blocks of a tile, the first kFwdPolyExpPer8 take poly_exp2, the others ex2.approx. Off (0)
+// until measured: FLASH_FWD_POLY_EXP (and FLASH_POLY_EXP_DEGREE) set it for A/B builds.
+#ifndef FLASH_FWD_POLY_EXP
+#define FLASH_FWD_POLY_EXP 0
+#endif
+constexpr int kFwdPolyExpPer8 = FLASH_FWD_POLY_EXP;
+static_assert(kFwdPolyExpPer8 >= 0 && kFwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
+
+// Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each consumer (role c) and
+// the producer's thread 0 (role kFwdTraceProducer) mark the end of the phases they run.
+constexpr int kFwdTraceProducer = 3;
+enum FwdTracePhase : int {
+  kFwdPhQWait,      // consumer: its Q to land (and the work tile to start); producer: a Q slot
+  kFwdPhFirstS,     // consumer: K(0) to land, S(0) issued and waited for; producer: a K/V stage
+  kFwdPhFirstSoft,  // consumer: tile 0's softmax and P
+  kFwdPhKvWait,     // consumer: K(i) and V(i−1) to land; producer: a staged O to be read
+  kFwdPhS,          // consumer: S(i) and P(i−1)·V(i−1) issued, S(i) waited for
+  kFwdPhSoftmax,    // consumer: tile i's softmax (P(i−1)·V(i−1) still on the tensor cores)
+  kFwdPhPv,         // consumer: P(i−1)·V(i−1) waited for, O rescaled, P packed
+  kFwdPhLastPv,     // consumer: V(last) to land, the last P·V
+  kFwdPhEpilogue,   // consumer: O normalised, lse, O staged and stored
+  kFwdPhIssue,      // producer: copies issued, the next work tile taken
+};
+static_assert(kFwdTraceProducer < kTraceRoles, "consumers 0..2 and the producer");
+// Their names in the printout (nullptr ends each list).
+inline constexpr const char* kFwdTraceRoleNames[] = {"consumer 0", "consumer 1", "consumer 2",
+                                                     "producer", nullptr};
+inline constexpr const char* kFwdTracePhaseNames[] = {"Q wait | Q slot",
+                                                      "S(0) | K/V stage",
+                                                      "softmax(0)",
+                                                      "K/V wait | O read",
+                                                      "S(i) [+ P·V(i-1)]",
+                                                      "softmax(i)",
+                                                      "P·V(i-1) wait",
+                                                      "last P·V",
+                                                      "epilogue",
+                                                      "issue",
+                                                      nullptr};
 
 }  // namespace flash::cuda

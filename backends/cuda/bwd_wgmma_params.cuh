@@ -1,0 +1,54 @@
+// Compile-time pieces of the wgmma backward (bwd_wgmma_kernel.cuh) shared with its launch
+// (bwd_wgmma_launch.cuh): the loader's tensor maps, the MMA warps' named barrier, the
+// exponent switch, and the phase-trace vocabulary (phase_trace.cuh).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+namespace flash::cuda {
+
+// Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
+constexpr int kBwdMmaBarrier = 1;
+// A share of the element-wise phase's exponents on the FMA pipe (poly_exp2.hpp): of every 8
+// n8 blocks of Pᵀ, the first kBwdPolyExpPer8. Off (0) until measured: FLASH_BWD_POLY_EXP sets
+// it for A/B builds.
+#ifndef FLASH_BWD_POLY_EXP
+#define FLASH_BWD_POLY_EXP 0
+#endif
+constexpr int kBwdPolyExpPer8 = FLASH_BWD_POLY_EXP;
+static_assert(kBwdPolyExpPer8 >= 0 && kBwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
+
+// Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each MMA warpgroup, the dQ
+// thread and the loader thread each mark the end of the phases they run.
+enum BwdTraceRole : int { kBwdTraceMma0, kBwdTraceMma1, kBwdTraceDq, kBwdTraceLoader };
+enum BwdTracePhase : int {
+  kBwdPhPrologue,   // MMA: block start to the first step (K / V loads, quarantine, barrier)
+  kBwdPhStageWait,  // MMA: the step's Q / dO stage to land; loader: a stage to empty
+  kBwdPhBarrier,    // MMA: the step's first barrier (the other warpgroup)
+  kBwdPhSdp,        // MMA: Sᵀ / dPᵀ issued and waited for (overlapped order: with i−1's)
+  kBwdPhGrads,      // MMA: element-wise Pᵀ / dSᵀ, packing, the dSᵀ tile stores
+  kBwdPhDvDk,       // MMA: dV / dK issued and waited for; dQ thread: the add's issue and read
+  kBwdPhDsBarrier,  // MMA: the barrier before dQᵀ (the whole dSᵀ tile written)
+  kBwdPhDq,         // MMA: dQᵀ issued and waited for; dQ thread: its turn (ordered mode)
+  kBwdPhStageDq,    // MMA: the dQ staging tile (its read by the copy engine, the stores)
+  kBwdPhEpilogue,   // MMA: dK / dV stores; dQ thread: each add's completion (ordered mode)
+  kBwdPhIssue,      // dQ thread: the staging tile to be full; loader: a stage's copies issued
+};
+// Their names in the printout (nullptr ends each list).
+inline constexpr const char* kBwdTraceRoleNames[] = {"mma warpgroup 0", "mma warpgroup 1",
+                                                     "dQ thread", "loader thread", nullptr};
+inline constexpr const char* kBwdTracePhaseNames[] = {
+    "prologue",     "stage wait",          "barrier",    "S/dP products",
+    "element-wise", "dV/dK | dQ add",      "dS barrier", "dQ products | turn",
+    "stage dQ",     "epilogue | add done", "issue",      nullptr};
+
+// Tensor maps of Q and dO (tma_map.hpp; a box is kBlockQ rows x 64 columns) for the loader's
+// TMA copies. use = false (packed batches): the loader's threads copy with cp.async instead,
+// which zero-fills a tile's rows past its sequence (a TMA box would bring the next
+// sequence's rows there).
+struct BwdLoadMaps {
+  CUtensorMap q, dout;
+  bool use;
+};
+
+}  // namespace flash::cuda
