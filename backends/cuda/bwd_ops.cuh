@@ -14,7 +14,6 @@
 #include "device_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
-#include "poly_exp2.hpp"
 #include "sequence.cuh"
 
 namespace flash::cuda {
@@ -96,20 +95,17 @@ struct ScoreGrad {
   // must equal use_softcap: the tensor-core kernels take it as a template parameter, so
   // that the common path is one FFMA, one ex2, an FADD and an FMUL per score, without the
   // tanh code (measured: the run-time branch inside the loop cost registers and issue slots).
-  // poly: the exponent on the FMA pipe (poly_exp2.hpp; the wgmma kernel's share of them,
-  // constant after unrolling).
   template <bool kNaturalExp, bool kSoftcap>
-  __device__ __forceinline__ float eval(float s, float dp, float lse2, float delta, float& ds,
-                                        bool poly = false) const {
-    const auto exp2_of = [&](float x) { return poly ? poly_exp2<kPolyExpDegree>(x) : bwd_exp2(x); };
+  __device__ __forceinline__ float eval(float s, float dp, float lse2, float delta,
+                                        float& ds) const {
     if constexpr (kSoftcap) {
       const float t = tanhf(s * cap_in);
       const float x = softcap * t * mult;
-      const float p = kNaturalExp ? expf(x - lse2) : exp2_of(x - lse2);
+      const float p = kNaturalExp ? expf(x - lse2) : bwd_exp2(x - lse2);
       ds = p * (dp - delta) * (1.f - t * t);
       return p;
     } else {
-      const float p = kNaturalExp ? expf(s * mult - lse2) : exp2_of(fmaf(s, mult, -lse2));
+      const float p = kNaturalExp ? expf(s * mult - lse2) : bwd_exp2(fmaf(s, mult, -lse2));
       ds = p * (dp - delta);
       return p;
     }

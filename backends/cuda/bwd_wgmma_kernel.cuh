@@ -49,9 +49,9 @@
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
-// Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k): D = 64
-// 0.89-0.98 of cuDNN (session 19); D = 128 443 / 503-511 / 506 TFLOP/s (session 28), 0.90-0.96
-// of cuDNN's numbers of sessions 19-21; D = 256 0.92-1.12 of cuDNN, 1.4-1.6x torch's
+// Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k, interleaved
+// with torch in one process, session 29): of cuDNN D = 64 0.85-0.92, D = 128 0.82-0.88 (426 /
+// 489 / 491 TFLOP/s against 506 / 568 / 560), D = 256 0.96-1.10; 1.4-1.8x torch's
 // FlashAttention-2. What changed what, session by session: bench/RESULTS.md.
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
@@ -378,8 +378,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         for (int e = 0; e < 4; ++e) {
           float ds;
           float pv = grad.template eval<false, kSoftcap>(
-              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds,
-              j % 8 < kBwdPolyExpPer8);
+              s[4 * j + e], dp[4 * j + e], (e & 1) ? l2.y : l2.x, (e & 1) ? dl.y : dl.x, ds);
           if constexpr (decltype(masked)::value) {
             const int row = q0 + j * 8 + tig * 2 + (e & 1);
             const int key = kw0 + g + (e >= 2 ? 8 : 0);

@@ -1,6 +1,6 @@
 // Compile-time pieces of the wgmma backward (bwd_wgmma_kernel.cuh) shared with its launch
-// (bwd_wgmma_launch.cuh): the loader's tensor maps, the MMA warps' named barrier, the
-// exponent switch, and the phase-trace vocabulary (phase_trace.cuh).
+// (bwd_wgmma_launch.cuh): the loader's tensor maps, the MMA warps' named barrier and the
+// phase-trace vocabulary (phase_trace.cuh).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -9,14 +9,6 @@ namespace flash::cuda {
 
 // Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
 constexpr int kBwdMmaBarrier = 1;
-// A share of the element-wise phase's exponents on the FMA pipe (poly_exp2.hpp): of every 8
-// n8 blocks of Pᵀ, the first kBwdPolyExpPer8. Off (0) until measured: FLASH_BWD_POLY_EXP sets
-// it for A/B builds.
-#ifndef FLASH_BWD_POLY_EXP
-#define FLASH_BWD_POLY_EXP 0
-#endif
-constexpr int kBwdPolyExpPer8 = FLASH_BWD_POLY_EXP;
-static_assert(kBwdPolyExpPer8 >= 0 && kBwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
 
 // Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each MMA warpgroup, the dQ
 // thread and the loader thread each mark the end of the phases they run.

@@ -38,10 +38,10 @@
 // never reaches a row.
 // Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process,
 // session 27, b37eede): of cuDNN at S >= 4k 0.94-1.18, D 128 4k 0.99 / 1.00 bf16, 0.97 / 1.00
-// f16, 16k 1.01 / 1.07, 0.99 / 1.08 (non-causal / causal); 1.1-2.8x torch's FlashAttention-2.
-// What changed what, session by session (per-consumer Q barriers, the staged O and its clock
-// trace, the narrow last tile, the band tile, paged prefill, ping-pong four times neutral,
-// a tile's last P·V carried into the next one 1-8 % slower): bench/RESULTS.md.
+// f16, 16k 1.01 / 1.07, 0.99 / 1.08 (non-causal / causal); 1.1-2.8x torch's FlashAttention-2;
+// D 128 again in session 29: 4k 0.98 / 1.01 bf16, 0.98 / 1.02 f16, 16k 1.01 / 1.11, 1.01 / 1.13.
+// What changed what (ping-pong four times neutral, a tile's last P·V carried into the next one
+// 1-8 % slower, exponents on the FMA pipe 4-18 % slower, ...): bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -60,7 +60,6 @@
 #include "kernel_params.hpp"
 #include "mask.cuh"
 #include "phase_trace.cuh"
-#include "poly_exp2.hpp"
 #include "sequence.cuh"
 #include "tile_configs.hpp"
 #include "tma_map.hpp"
@@ -499,7 +498,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float x = fmaf(s_w[0][nt][e], mult, neg_max[e / 2]);
-          s_w[0][nt][e] = nt % 8 < kFwdPolyExpPer8 ? poly_exp2<kPolyExpDegree>(x) : fast_exp2(x);
+          s_w[0][nt][e] = fast_exp2(x);
           sum[e / 2] += s_w[0][nt][e];
         }
     } else {

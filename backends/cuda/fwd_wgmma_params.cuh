@@ -1,7 +1,7 @@
 // Parameters of the Hopper forward (fwd_wgmma_kernel.cuh), shared by the kernel and its
 // host launch (fwd_wgmma_launch.cuh): the descriptor's fields, the tensor maps, the
 // numbering of work tiles (query block, head, sequence); and the kernel's compile-time
-// constants (consumer barrier ids, the softmax's exponent switches) and phase-trace
+// constants (consumer barrier ids, the softmax's exponent switch) and phase-trace
 // vocabulary (phase_trace.cuh).
 #pragma once
 
@@ -58,14 +58,6 @@ constexpr float kFfmaExpBound = -1.f;
 #else
 constexpr float kFfmaExpBound = 256.f;
 #endif
-// A share of the one-FFMA path's exponents on the FMA pipe (poly_exp2.hpp): of every 8 n8
-// blocks of a tile, the first kFwdPolyExpPer8 take poly_exp2, the others ex2.approx. Off (0)
-// until measured: FLASH_FWD_POLY_EXP (and FLASH_POLY_EXP_DEGREE) set it for A/B builds.
-#ifndef FLASH_FWD_POLY_EXP
-#define FLASH_FWD_POLY_EXP 0
-#endif
-constexpr int kFwdPolyExpPer8 = FLASH_FWD_POLY_EXP;
-static_assert(kFwdPolyExpPer8 >= 0 && kFwdPolyExpPer8 <= 8, "n8 blocks out of every 8");
 
 // Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each consumer (role c) and
 // the producer's thread 0 (role kFwdTraceProducer) mark the end of the phases they run.
