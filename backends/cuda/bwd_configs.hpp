@@ -204,6 +204,9 @@ template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
+  // Serial order with its own keys (D = 128): the warpgroups take turns issuing their products
+  // (ping-pong, bwd_wgmma_kernel.cuh) and meet on dSᵀ-tile mbarriers.
+  static constexpr bool kPingPong = !C::kOverlap && !C::kSplitD;
   static constexpr int kStages = C::kOverlap ? 3 : 2, kDsTiles = C::kOverlap ? 2 : 1;
   static constexpr bool kDqInStage = C::kSplitD, kHasPtTiles = C::kOverlap || C::kSplitD;
   static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
@@ -223,9 +226,10 @@ struct BwdWgmmaLayout {
                 "a stage holds its step's dQ staging tile");
   // mbarriers: per dQ staging tile "full" (every MMA warp wrote its part) and "empty" (the
   // copy engine read it), then per Q / dO stage "full" (the loader warps' copies landed)
-  // and "empty" (every MMA thread is done reading it).
+  // and "empty" (every MMA thread is done reading it); kPingPong: per dSᵀ tile "full" (both
+  // warpgroups wrote their rows) and "empty" (both warpgroups' dQᵀ products read it).
   static constexpr int kBars = kDq + (kDqInStage ? 0 : kDqStages * kDqTileBytes);
-  static constexpr int kBarCount = 2 * kDqStages + 2 * kStages;
+  static constexpr int kBarCount = 2 * kDqStages + 2 * kStages + (kPingPong ? 2 * kDsTiles : 0);
   static constexpr int kSmemBytes = kBars + kBarCount * 8 + 1024;
   static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) && (BQ == 32 || BQ == 64),
                 "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");

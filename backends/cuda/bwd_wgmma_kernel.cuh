@@ -21,38 +21,32 @@
 // the query tile (m64 x BQ/2), Pᵀ and dSᵀ go to shared tiles, and each accumulates dK, dV
 // for half of the columns (m64 x 128) and dQᵀ for half of the rows of D; the dQ staging tile
 // is the step's own Q / dO stage once both warpgroups have read it (no room for both).
-// Step order: serial at D = 128 and 256 (the overlapped one needs 32-query tiles there to fit the
-// shared memory, measured 0.8x); at D = 64 (C::kOverlap) step i−1's dV, dK and
-// dQᵀ products run on the tensor cores during step i's element-wise phase. Softcap is a
-// template parameter and tiles inside the mask band skip the per-element masks: the
-// element-wise phase is the critical path at D = 64.
-// One block per key block; all blocks add into one f32 dQ accumulator (bwd_dq_convert
-// scales and converts it). Deterministic mode: the adds into each query tile happen in a
-// fixed order (per-tile counters, below): key-block order (highest first, each block
-// walking its tiles upward) under a mask band, arrival order of staggered walks without one. A
-// warpgroup after the MMA ones gives its registers away and one of its threads does the hand-over:
-// it waits for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile
-// ("empty") once read and releases the counter once the add completed; the MMA warps sync among
-// themselves on a named barrier (measured +4-16 % at D = 64, +0-5 % at D = 128 over thread 0 of
-// the MMA warps doing it, bench/RESULTS.md, session 12). Warps 2-3 of that warpgroup are the
-// loader: one thread issues each step's Q / dO boxes (TMA, tensor maps built on the host) and
-// lse / Δ (bulk copies) into a ring of stages with full / empty mbarriers, as far ahead as the
-// ring allows (thread 0 issues the first stages with K and V; at D = 64 it issues them all, one
-// step ahead); packed batches copy with cp.async from all 64 loader threads (a box would bring
-// the next sequence's rows). Measured over the MMA warps' own cp.async one stage ahead: D = 64
-// +0-3 %, D = 128 +2-9 %, D = 256 +10-18 % (bench/RESULTS.md, sessions 16-17). The MMA warps
-// wait for another block only through "empty": at D = 64 / 128 for a staging tile two steps
-// back; at D = 256 (kDqInStage) mid-step, for the read of the previous step's tile before its
-// stage loads again, so in the ordered mode a late block earlier in a tile's order can stall
-// them by about half a step. That wait cannot close a cycle: the add it waits for depends only
-// on blocks earlier in the order (see "ordered dQ accumulation").
+// Step order: at D = 64 (C::kOverlap) step i−1's dV, dK and dQᵀ products run on the tensor
+// cores during step i's element-wise phase; at D = 128 each step is serial inside a warpgroup
+// and the two warpgroups take turns issuing their products (ping-pong), so one's element-wise
+// phase runs under the other's products; D = 256 is serial, the warpgroups meeting at block
+// barriers. Softcap is a template parameter and tiles inside the mask band skip the
+// per-element masks. One block per key block; all blocks add into one f32 dQ accumulator
+// (bwd_dq_convert scales and converts it). Deterministic mode: the adds into each query tile
+// happen in a fixed order (per-tile counters, below): key-block order (highest first, each
+// block walking its tiles upward) under a mask band, arrival order of staggered walks without
+// one. A warpgroup after the MMA ones gives its registers away; one of its threads waits for a
+// staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile ("empty")
+// once read and releases the counter once the add completed. Warps 2-3 of it are the loader:
+// one thread issues each step's Q / dO boxes (TMA) and lse / Δ (bulk copies) into a ring of
+// stages with full / empty mbarriers (thread 0 issues the first stages with K and V; at D = 64
+// it issues them all, one step ahead); packed batches copy with cp.async from all 64 loader
+// threads. The MMA warps wait for another block only through "empty": at D = 64 / 128 for a
+// staging tile two steps back; at D = 256 (kDqInStage) mid-step, for the read of the previous
+// step's tile, so in the ordered mode a late block earlier in a tile's order can stall them by
+// about half a step; that wait cannot close a cycle (see "ordered dQ accumulation").
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k, interleaved
-// with torch in one process, session 29): of cuDNN D = 64 0.85-0.92, D = 128 0.82-0.88 (426 /
-// 489 / 491 TFLOP/s against 506 / 568 / 560), D = 256 0.96-1.10; 1.4-1.8x torch's
-// FlashAttention-2. What changed what, session by session: bench/RESULTS.md.
+// with torch in one process, session 29): of cuDNN D = 64 0.85-0.92, D = 128 0.82-0.88 before
+// the ping-pong order (+3-6 %), D = 256 0.96-1.10; 1.4-1.8x torch's FlashAttention-2. What
+// changed what, session by session (the loader warps, the dQ warpgroup, ...): bench/RESULTS.md.
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
@@ -63,6 +57,7 @@
 #include "bwd_dq_order.cuh"
 #include "bwd_kv_kernel.cuh"
 #include "bwd_wgmma_params.cuh"
+#include "bwd_wgmma_products.cuh"
 #include "phase_trace.cuh"
 #include "tma_ops.cuh"
 #include "wgmma_ops.cuh"
@@ -87,29 +82,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   constexpr bool kKvInRegs = C::kKvInRegs, kGradsInRegs = C::kGradsInRegs && !kSoftcap;
   static_assert(!C::kGradsInRegs || kOverlap, "the previous step's Pᵀ / dSᵀ: overlapped order");
   static_assert(!kKvInRegs || !C::kSplitD, "register K / V rows: each warpgroup owns its keys");
-  // dQᵀ (D x BQ) is shared out over the warpgroups by 64-row halves of D or, when there
-  // are fewer halves than warpgroups (D = 64), by column halves: warpgroup wg then owns
-  // queries wg·kDqN...
-  constexpr bool kSplitCols = D / 64 < C::kWarpGroups;
-  constexpr int kHalves = kSplitCols ? 1 : D / 64 / C::kWarpGroups;
-  constexpr int kDqN = kSplitCols ? BQ / C::kWarpGroups : BQ;
-  static_assert(kSplitCols ? C::kWarpGroups == 2 && D == 64 : (D / 64) % C::kWarpGroups == 0,
-                "dQᵀ splits evenly over the warpgroups");
-  // kSplitD (D = 256): the warpgroups share the block's 64 keys; warpgroup wg computes Sᵀ and
-  // dPᵀ for queries wg·kQueriesPerWg.. and dK, dV for columns wg·kColsPerWg.. Otherwise each owns
-  // its 64 keys with all queries and all columns.
+  // How the tiles are shared out over the warpgroups, and the step's products.
+  using Pr = BwdWgmmaProducts<T, C>;
   constexpr bool kSplitD = C::kSplitD;
-  constexpr int kQueriesPerWg = kSplitD ? BQ / C::kWarpGroups : BQ;  // query columns of Sᵀ / dPᵀ
-  constexpr int kColsPerWg = kSplitD ? D / C::kWarpGroups : D;       // columns of dK / dV
-  static_assert(kQueriesPerWg % 16 == 0 && kColsPerWg % 64 == 0,
-                "whole k16 steps of Pᵀ; whole 64-column atoms");
+  constexpr int kHalves = Pr::kHalves, kDqN = Pr::kDqN, kQueriesPerWg = Pr::kQueriesPerWg;
+  constexpr int kColsPerWg = Pr::kColsPerWg, KS = Pr::KS;
   constexpr int NJ = kQueriesPerWg / 8;   // n8 blocks of the Sᵀ accumulator
-  constexpr int KS = BQ / 16;             // k16 steps of dV / dK
   constexpr int KP = kQueriesPerWg / 16;  // A fragments (k16 steps) in one Sᵀ accumulator
   constexpr int kDqRow = L::kDqRowFloats, kDqTile = BQ * kDqRow;
-  // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or 128 (128-byte).
-  constexpr int kDsRowBytes = BQ * 2;
-  constexpr uint32_t kDsSwizzle = BQ == 32 ? kGmmaSwizzle64 : kGmmaSwizzle128;
 
   extern __shared__ unsigned char smem_raw[];
   // wgmma's swizzle patterns repeat every 1024 bytes: align the window (slack included).
@@ -137,7 +117,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   auto stage_empty = [&](int st) {
     return base + L::kBars + 8 * (2 * L::kDqStages + L::kStages + st);
   };
-  static_assert(2 * L::kDqStages + 2 * L::kStages == L::kBarCount, "the layout's barriers");
+  // Ping-pong order: per dSᵀ tile, full (both warpgroups' rows written and fenced) and empty
+  // (both warpgroups' dQᵀ products have read it); kThreads arrivals each.
+  auto ds_full = [&](int step) {
+    return base + L::kBars + 8 * (2 * L::kDqStages + 2 * L::kStages + step % L::kDsTiles);
+  };
+  auto ds_empty = [&](int step) {
+    return base + L::kBars +
+           8 * (2 * L::kDqStages + 2 * L::kStages + L::kDsTiles + step % L::kDsTiles);
+  };
+  static_assert(
+      2 * L::kDqStages + 2 * L::kStages + (L::kPingPong ? 2 * L::kDsTiles : 0) == L::kBarCount,
+      "the layout's barriers");
   if (threadIdx.x == 0) {
     for (int st = 0; st < L::kDqStages; ++st) {
       mbar_init(dq_full(st), kThreads);
@@ -146,6 +137,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int st = 0; st < L::kStages; ++st) {
       mbar_init(stage_full(st), maps.use ? 1 : kLoaderThreads);
       mbar_init(stage_empty(st), kThreads);
+    }
+    if constexpr (L::kPingPong) {
+      for (int b = 0; b < L::kDsTiles; ++b) {
+        mbar_init(ds_full(b), kThreads);
+        mbar_init(ds_empty(b), kThreads);
+      }
     }
     mbar_init_fence();  // before the first __syncthreads below
   }
@@ -170,11 +167,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                                                                           : kBwdTraceLoader);
   const int g = lane / 4, tig = lane % 4;
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup, warp within it
-  // Its 64 key rows inside each K/V atom; the key-row slot of this warp (16 rows each).
-  const uint32_t wg_rows = kSplitD ? 0 : wg * 64 * 128;
-  const int key_warp = kSplitD ? wwarp : warp;
-  const int s_q_first = kSplitD ? wg * kQueriesPerWg : 0;  // its first query column of Sᵀ / dPᵀ
-  const int d_first = kSplitD ? wg * kColsPerWg : 0;       // its first column of dK / dV
+  const Pr pr(base, wg);
+  const int key_warp = kSplitD ? wwarp : warp;  // the key-row slot of this warp (16 rows each)
+  const int s_q_first = pr.s_q_first, d_first = pr.d_first;
   float* const dq_slice = p.dq_accum + batch * f.heads_q * (int64_t)rows_pad * kDqRow;
 
   const ScoreGrad grad(f.scale, f.softcap, kBwdLog2e);
@@ -230,19 +225,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     return walk_up ? (keys.end - 1) / BK - kv_block : kv_block - keys.begin / BK;
   };
   // Shared buffers of a step: Q / dO / lse / Δ stage, dSᵀ tile.
-  auto stage_q = [&](int step) { return base + L::kStage + (step % L::kStages) * L::kStageBytes; };
+  auto stage_q = [&](int step) { return pr.stage_q(step); };
   auto stage_floats = [&](int step) {
     return reinterpret_cast<float*>(smem + L::kStage + (step % L::kStages) * L::kStageBytes +
                                     2 * L::kTileQ);
   };
-  auto ds_tile = [&](int step) { return base + L::kDs + (step % L::kDsTiles) * L::kDsBytes; };
+  auto ds_tile = [&](int step) { return pr.ds_tile(step); };
   // A step's dQ staging tile: its own stage (kDqInStage) or one of two tiles.
   auto dq_tile = [&](int step) {
     return L::kDqInStage
                ? reinterpret_cast<float*>(smem + L::kStage + (step % L::kStages) * L::kStageBytes)
                : dq_stage + (step % L::kDqStages) * kDqTile;
   };
-  auto pt_tile = [&](int step) { return base + L::kPt + (step % L::kDsTiles) * L::kDsBytes; };
+  auto pt_tile = [&](int step) { return pr.pt_tile(step); };
 
   // A step's stage by TMA (one thread): D / 64 boxes each of Q and dO, lse and Δ.
   auto load_step_tma = [&](Tile t) {
@@ -283,81 +278,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     load_floats_async(fl + BQ, delta + row_off, BQ, kLoaderFirst + BQ / 4);
   };
 
-  // ---- the products of a step -------------------------------------------------------------
-  // Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (K-major operands: k16 step kk is 32 bytes into the kk/4-th
-  // 64-column atom): rows (this warpgroup's 64 keys) of a K-major [keys][D] tile times the
-  // K-major [BQ][D] tile, transposed (kSplitD: all 64 keys times the kQueriesPerWg queries
-  // from s_q_first). C::kKvInRegs: the rows come from this warp's register fragments of them
-  // (k_frag / v_frag, below), so only the queries' tile is read from shared memory.
-  auto keys_times_queries_t = [&](float(&acc)[kQueriesPerWg / 2], uint32_t keys,
-                                  const uint32_t(&key_frags)[kKvInRegs ? D / 16 : 1][4],
-                                  uint32_t queries) {
-    const uint64_t keys_desc = gmma_desc(keys + wg_rows, 16, 1024, kGmmaSwizzle128);
-    const uint64_t queries_desc = gmma_desc(queries + s_q_first * 128, 16, 1024, kGmmaSwizzle128);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
-      const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-      if constexpr (kKvInRegs)
-        wgmma_rs<T, kQueriesPerWg, 0>(acc, key_frags[kk], gmma_desc_add(queries_desc, off_q),
-                                      kk > 0);
-      else
-        wgmma_ss<T, kQueriesPerWg, 0, 0>(acc, gmma_desc_add(keys_desc, off_k),
-                                         gmma_desc_add(queries_desc, off_q), kk > 0);
-    }
-  };
-  // dV += Pᵀ·dO, dK += dSᵀ·Q (B MN-major: k16 step = 16 rows = 2048 bytes; LBO = the next
-  // 64 columns, BQ rows further).
+  // ---- the products of a step (bwd_wgmma_products.cuh) ------------------------------------
   float acc_dk[kColsPerWg / 2],
       acc_dv[kColsPerWg / 2];  // 64 x kColsPerWg accumulators, this thread's part
 #pragma unroll
   for (int i = 0; i < kColsPerWg / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
   auto dv_dk_products = [&](int step, const uint32_t(&pf)[KS][4], const uint32_t(&df)[KS][4]) {
-    const uint64_t q_desc = gmma_desc(stage_q(step), BQ * 128, 1024, kGmmaSwizzle128);
-    const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, kColsPerWg, 1>(acc_dv, pf[kk], gmma_desc_add(do_desc, kk * 2048), 1);
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_rs<T, kColsPerWg, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
+    pr.dv_dk(acc_dv, acc_dk, step, pf, df);
   };
-  // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
-  // rows; k16 step kk 32 bytes into the row of one swizzle atom).
-  // kSplitD: all 64 keys' rows, this warpgroup's columns (d_first / 64 atoms further).
-  auto dv_dk_products_ss = [&](int step) {
-    const uint64_t q_desc =
-        gmma_desc(stage_q(step) + (d_first / 64) * BQ * 128, BQ * 128, 1024, kGmmaSwizzle128);
-    const uint64_t do_desc = gmma_desc_add(q_desc, L::kTileQ);
-    const uint32_t a_rows = (kSplitD ? 0 : wg) * 64 * kDsRowBytes;  // this warpgroup's keys
-    const uint64_t pt_desc = gmma_desc(pt_tile(step) + a_rows, 16, 8 * kDsRowBytes, kDsSwizzle);
-    const uint64_t ds_desc = gmma_desc(ds_tile(step) + a_rows, 16, 8 * kDsRowBytes, kDsSwizzle);
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
-                                    gmma_desc_add(do_desc, kk * 2048), 1);
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
-                                    gmma_desc_add(q_desc, kk * 2048), 1);
-  };
-  // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
-  // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
-  // follows absolute addresses).
-  const int q_first = kSplitCols ? wg * kDqN : 0;
-  auto half = [&](int i) { return kSplitCols ? 0 : wg * kHalves + i; };
-  auto dq_products = [&](int step, float(&dq)[kHalves][kDqN / 2]) {
-    const uint64_t ds_desc =
-        gmma_desc(ds_tile(step) + q_first * 2, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle);
-#pragma unroll
-    for (int i = 0; i < kHalves; ++i) {
-      const uint64_t k_desc = gmma_desc(sK + half(i) * BK * 128, BK * 128, 1024, kGmmaSwizzle128);
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_ss<T, kDqN, 1, 1>(dq[i], gmma_desc_add(k_desc, kk * 2048),
-                                gmma_desc_add(ds_desc, kk * 16 * kDsRowBytes), kk > 0);
-    }
-  };
+  auto dv_dk_products_ss = [&](int step) { pr.dv_dk_ss(acc_dv, acc_dk, step); };
+  auto dq_products = [&](int step, float(&dq)[kHalves][kDqN / 2]) { pr.dq(dq, step); };
+  const int q_first = pr.q_first;
+  auto half = [&](int i) { return pr.half(i); };
 
   // ---- the element-wise phase: Pᵀ and dSᵀ (rows = keys, columns = queries) -------------
   // Pᵀ -> p_out, dSᵀ -> ds_out (f32; may alias s / dp).
@@ -598,8 +530,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
   }
   auto sdp_products = [&](int step, float(&s)[kQueriesPerWg / 2], float(&dp)[kQueriesPerWg / 2]) {
-    keys_times_queries_t(s, sK, k_frag, stage_q(step));
-    keys_times_queries_t(dp, sV, v_frag, stage_q(step) + L::kTileQ);
+    pr.keys_times_queries_t(s, sK, k_frag, stage_q(step));
+    pr.keys_times_queries_t(dp, sV, v_frag, stage_q(step) + L::kTileQ);
   };
 
   // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (overlapped order and kSplitD).
@@ -738,23 +670,38 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       cur = next_tile(cur);
     }
   } else {
-    // Serial order (D = 128):
-    //   barrier | Sᵀ/dPᵀ(i) | element-wise(i) | dV/dK(i) | barrier | dQᵀ(i) | stage dQ(i)
-    // Meeting only at the dSᵀ barrier (a named barrier per warpgroup before writing dSᵀ rows
-    // instead of the one at the step's start) measured equal without softcap and 26-33 %
-    // slower with it (ptxas spilled 0.9 KB in the softcap loop; bench/RESULTS.md, session 17).
-    // FlashAttention-3's order inside this step (dV, barrier, dQᵀ and dK from the shared dSᵀ,
-    // one wait; Pᵀ's exponents under dPᵀ) measured 0 to -4 % (bench/RESULTS.md, session 14).
+    static_assert(L::kPingPong, "the remaining order: own keys, serial");
+    // Ping-pong order (D = 128): the warpgroups take turns issuing their product groups, so
+    // one's element-wise phase runs while the other's products hold the tensor cores:
+    //   Sᵀ/dPᵀ(i) | element-wise(i), dSᵀ rows | dV/dK(i) | dQᵀ(i) | stage dQ(i)
+    // each group on this warpgroup's turn (named barrier kBwdTurnBarrier0 + wg, passed by the
+    // other's arrival; warpgroup 0 goes first, warpgroup 1 a group behind). The dSᵀ tile has
+    // mbarriers instead of block-wide meetings: full (both warpgroups' rows written) before
+    // dQᵀ, empty (both warpgroups' dQᵀ products read it) before the next step's rows.
+    // Every turn taken is passed once: warpgroup 1 passes one before it starts and does not
+    // pass its last, which nobody takes. Against the serial order of before (the warpgroups'
+    // phases side by side, meeting at block barriers; bench/RESULTS.md, session 29): +3-6 %
+    // (2k-16k, causal or not, deterministic or atomic). Softcap's element-wise phase outlasts
+    // the other's products, and strict turns made it 6-10 % slower: it runs without turns.
+    constexpr bool kTurns = !kSoftcap;
+    const int turn_mine = kBwdTurnBarrier0 + wg, turn_other = kBwdTurnBarrier0 + (wg ^ 1);
+    const auto take_turn = [&] {
+      if constexpr (kTurns) named_barrier_sync(turn_mine, kThreads);
+    };
+    const auto pass_turn = [&] {
+      if constexpr (kTurns) named_barrier_arrive(turn_other, kThreads);
+    };
+    if (wg == 1) pass_turn();
     Tile cur = first;
     for (int step = 0; step < steps; ++step) {
       begin_step(step);
       clk.mark(kBwdPhStageWait);
-      mma_sync();  // the other warpgroup's dQᵀ products of step − 1 have read the dSᵀ tile
-      clk.mark(kBwdPhBarrier);
       float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
+      take_turn();
       wgmma_fence();
       sdp_products(step, s, dp);
       wgmma_commit();
+      pass_turn();
       wgmma_wait<0>();
       wgmma_fence_operands(s);
       wgmma_fence_operands(dp);
@@ -763,25 +710,34 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       uint32_t pf[KS][4], df[KS][4];
       pack_fragment(s, pf);
       pack_fragment(dp, df);
+      // Both warpgroups' dQᵀ(step − 1) products have read the tile (a fresh barrier passes
+      // parity 1 at once).
+      mbar_wait(ds_empty(step), ((step / L::kDsTiles) & 1) ^ 1);
       store_tile(ds_tile(step), df);
-      fence_proxy_async_smem();  // the tile is read by wgmma (after the barrier below)
+      fence_proxy_async_smem();  // the tile is read by wgmma (after ds_full)
+      mbar_arrive(ds_full(step));
       clk.mark(kBwdPhGrads);
+      take_turn();
       wgmma_fence();
       dv_dk_products(step, pf, df);
       wgmma_commit();
-      // With 64-query tiles, finish these first: Pᵀ / dSᵀ fragments then free their
-      // registers for dQᵀ (the register budget of D = 128).
-      if constexpr (BQ > 32) wgmma_wait<0>();
+      pass_turn();
+      // Pᵀ / dSᵀ fragments free their registers for dQᵀ (the register budget of D = 128).
+      wgmma_wait<0>();
+      release_stage(step);  // this warpgroup's reads of the step's Q / dO are done
       clk.mark(kBwdPhDvDk);
-      mma_sync();  // the whole dSᵀ tile is written
+      mbar_wait(ds_full(step), (step / L::kDsTiles) & 1);  // the other's dSᵀ rows
       clk.mark(kBwdPhDsBarrier);
+      take_turn();
+      wgmma_fence();
       dq_products(step, dq);
       wgmma_commit();
-      wgmma_wait<0>();  // dQᵀ, and the dV / dK products of this step
-      release_stage(step);
-      clk.mark(kBwdPhDq);
+      if (wg == 0 || step + 1 < steps) pass_turn();
+      wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
+      mbar_arrive(ds_empty(step));
+      clk.mark(kBwdPhDq);
       stage_dq(cur, dq);
       clk.mark(kBwdPhStageDq);
       cur = next_tile(cur);

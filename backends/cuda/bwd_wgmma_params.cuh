@@ -9,6 +9,9 @@ namespace flash::cuda {
 
 // Named barrier of the MMA warps when the dQ warpgroup runs apart (0 is __syncthreads').
 constexpr int kBwdMmaBarrier = 1;
+// Ping-pong order (BwdWgmmaLayout::kPingPong): warpgroup wg issues its products on its turn,
+// named barrier kBwdTurnBarrier0 + wg (the other warpgroup's arrival passes it).
+constexpr int kBwdTurnBarrier0 = 2;
 
 // Phase trace (phase_trace.cuh, -DFLASH_PHASE_TRACE): thread 0 of each MMA warpgroup, the dQ
 // thread and the loader thread each mark the end of the phases they run.

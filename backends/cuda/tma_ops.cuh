@@ -185,6 +185,11 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.arrive: counts `threads`' worth of arrivals at barrier `id` without waiting (the
+// threads that wait there use bar.sync with the same count).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // bar.sync / bar.red over `threads` threads of the block on barrier `id` (0 is
 // __syncthreads'). Returns whether `pred` held for any participating thread.
 __device__ __forceinline__ bool named_barrier_or(int id, int threads, bool pred) {
