@@ -513,7 +513,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // Start of a step: its stage has landed (the loader's copies), visible to wgmma.
   auto begin_step = [&](int step) {
     mbar_wait(stage_full(step % L::kStages), (step / L::kStages) & 1);
-    fence_proxy_async_smem();  // the cp.async fallback's data is read by wgmma (async proxy)
+    // The cp.async fallback's data is read by wgmma (async proxy); TMA's lands in the async
+    // proxy already (the fence there cost 0-2 %, bench/RESULTS.md, session 29).
+    if (!maps.use) fence_proxy_async_smem();
   };
   // Every MMA thread is done reading a step's stage: the loader may fill it again.
   auto release_stage = [&](int step) { mbar_arrive(stage_empty(step % L::kStages)); };
