@@ -368,6 +368,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     float* const stg = dq_tile(t.step);
     // kDqInStage: the kSplitD loop waited before loading this stage.
     if constexpr (!L::kDqInStage) wait_dq_tile_read(t.step);
+    clk.mark(kBwdPhDqTileWait);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i)
 #pragma unroll
@@ -380,28 +381,51 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     mbar_arrive(dq_full(dq_st));
   };
 
-  // ---- store dK·scale and dV: accumulator n8 block j = columns 8j.. -------------------
+  // ---- store dK·scale and dV ------------------------------------------------------------
+  // Through shared memory: the accumulators' 4-byte pairs go straight to global memory as
+  // 8 rows x 16 bytes per warp store, uncoalesced, which held the block ~10000 cycles (phase
+  // trace, bench/RESULTS.md, session 30). Once every product of the block is done the K / V
+  // tiles are free: dK goes into sK and dV into sV in their own swizzled layout (stmatrix:
+  // accumulator n8 blocks 2jj, 2jj + 1, rows g and g + 8, as store_tile), then whole 16-byte
+  // row chunks go out.
   bool k_nonfinite = false;  // this block's K holds a NaN or inf (bwd_ops.cuh)
   auto store_dk_dv = [&] {
+    const int st_row = key_warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int st_chunk = d_first / 8 + (lane >> 4);
+    mma_sync();  // every warpgroup's products are done with sK / sV
+    bool nan_key[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int row = kw0 + g + hr * 8;
-      if (row >= skv) continue;
-      T* dk_row = dk + (int64_t)row * f.k_stride[1];
-      T* dv_row = dv + (int64_t)row * f.v_stride[1];
-      const bool nan_key =
-          k_nonfinite && row_nonfinite(k + (int64_t)row * f.k_stride[1], f.head_dim);
+      nan_key[hr] =
+          k_nonfinite && row < skv && row_nonfinite(k + (int64_t)row * f.k_stride[1], f.head_dim);
+    }
 #pragma unroll
-      for (int j = 0; j < kColsPerWg / 8; ++j) {
-        const int col = d_first + j * 8 + tig * 2;
-        const float dk0 = acc_dk[4 * j + 2 * hr], dk1 = acc_dk[4 * j + 2 * hr + 1];
-        if (col < f.head_dim)
-          *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<T>(dk0 * f.scale, dk1 * f.scale);
-        if (col < f.head_dim_v)
-          *reinterpret_cast<uint32_t*>(dv_row + col) =
-              pack2<T>(dv_of_key(nan_key, dk0, acc_dv[4 * j + 2 * hr]),
-                       dv_of_key(nan_key, dk1, acc_dv[4 * j + 2 * hr + 1]));
+    for (int jj = 0; jj < kColsPerWg / 16; ++jj) {
+      uint32_t dk_pairs[4], dv_pairs[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // r: row half r & 1 of n8 block 2jj + (r >> 1)
+        const int a = 4 * (2 * jj + (r >> 1)) + 2 * (r & 1);
+        dk_pairs[r] = pack2<T>(acc_dk[a] * f.scale, acc_dk[a + 1] * f.scale);
+        dv_pairs[r] = pack2<T>(dv_of_key(nan_key[r & 1], acc_dk[a], acc_dv[a]),
+                               dv_of_key(nan_key[r & 1], acc_dk[a + 1], acc_dv[a + 1]));
       }
+      stmatrix_x4(sw128_addr<BK>(sK, st_row, st_chunk + 2 * jj), dk_pairs[0], dk_pairs[1],
+                  dk_pairs[2], dk_pairs[3]);
+      stmatrix_x4(sw128_addr<BK>(sV, st_row, st_chunk + 2 * jj), dv_pairs[0], dv_pairs[1],
+                  dv_pairs[2], dv_pairs[3]);
+    }
+    mma_sync();  // the whole tiles are written
+#pragma unroll 1
+    for (int idx = tid; idx < BK * kChunks; idx += kThreads) {
+      const int r = idx / kChunks, c = idx % kChunks, row = k0 + r;
+      if (row >= skv) continue;
+      if (c * 8 < f.head_dim)
+        *reinterpret_cast<uint4*>(dk + (int64_t)row * f.k_stride[1] + c * 8) =
+            lds128(sw128_addr<BK>(sK, r, c));
+      if (c * 8 < f.head_dim_v)
+        *reinterpret_cast<uint4*>(dv + (int64_t)row * f.v_stride[1] + c * 8) =
+            lds128(sw128_addr<BK>(sV, r, c));
     }
   };
   if (steps == 0) {  // no query row sees these keys: zero gradients (block-uniform exit)

@@ -17,17 +17,18 @@ constexpr int kBwdTurnBarrier0 = 2;
 // thread and the loader thread each mark the end of the phases they run.
 enum BwdTraceRole : int { kBwdTraceMma0, kBwdTraceMma1, kBwdTraceDq, kBwdTraceLoader };
 enum BwdTracePhase : int {
-  kBwdPhPrologue,   // MMA: block start to the first step (K / V loads, quarantine, barrier)
-  kBwdPhStageWait,  // MMA: the step's Q / dO stage to land; loader: a stage to empty
-  kBwdPhBarrier,    // MMA: the step's first barrier (the other warpgroup)
-  kBwdPhSdp,        // MMA: Sᵀ / dPᵀ issued and waited for (overlapped order: with i−1's)
-  kBwdPhGrads,      // MMA: element-wise Pᵀ / dSᵀ, packing, the dSᵀ tile stores
-  kBwdPhDvDk,       // MMA: dV / dK issued and waited for; dQ thread: the add's issue and read
-  kBwdPhDsBarrier,  // MMA: the barrier before dQᵀ (the whole dSᵀ tile written)
-  kBwdPhDq,         // MMA: dQᵀ issued and waited for; dQ thread: its turn (ordered mode)
-  kBwdPhStageDq,    // MMA: the dQ staging tile (its read by the copy engine, the stores)
-  kBwdPhEpilogue,   // MMA: dK / dV stores; dQ thread: each add's completion (ordered mode)
-  kBwdPhIssue,      // dQ thread: the staging tile to be full; loader: a stage's copies issued
+  kBwdPhPrologue,    // MMA: block start to the first step (K / V loads, quarantine, barrier)
+  kBwdPhStageWait,   // MMA: the step's Q / dO stage to land; loader: a stage to empty
+  kBwdPhBarrier,     // MMA: the step's first barrier (the other warpgroup)
+  kBwdPhSdp,         // MMA: Sᵀ / dPᵀ issued and waited for (overlapped order: with i−1's)
+  kBwdPhGrads,       // MMA: element-wise Pᵀ / dSᵀ, packing, the dSᵀ tile stores
+  kBwdPhDvDk,        // MMA: dV / dK issued and waited for; dQ thread: the add's issue and read
+  kBwdPhDsBarrier,   // MMA: the barrier before dQᵀ (the whole dSᵀ tile written)
+  kBwdPhDq,          // MMA: dQᵀ issued and waited for; dQ thread: its turn (ordered mode)
+  kBwdPhStageDq,     // MMA: the dQ staging stores and the hand-over (after kBwdPhDqTileWait)
+  kBwdPhEpilogue,    // MMA: dK / dV stores; dQ thread: each add's completion (ordered mode)
+  kBwdPhIssue,       // dQ thread: the staging tile to be full; loader: a stage's copies issued
+  kBwdPhDqTileWait,  // MMA: the dQ staging tile's read by the copy engine (before the stores)
 };
 // Their names in the printout (nullptr ends each list).
 inline constexpr const char* kBwdTraceRoleNames[] = {"mma warpgroup 0", "mma warpgroup 1",
@@ -35,7 +36,8 @@ inline constexpr const char* kBwdTraceRoleNames[] = {"mma warpgroup 0", "mma war
 inline constexpr const char* kBwdTracePhaseNames[] = {
     "prologue",     "stage wait",          "barrier",    "S/dP products",
     "element-wise", "dV/dK | dQ add",      "dS barrier", "dQ products | turn",
-    "stage dQ",     "epilogue | add done", "issue",      nullptr};
+    "stage dQ",     "epilogue | add done", "issue",      "dQ tile wait",
+    nullptr};
 
 // Tensor maps of Q and dO (tma_map.hpp; a box is kBlockQ rows x 64 columns) for the loader's
 // TMA copies. use = false (packed batches): the loader's threads copy with cp.async instead,
