@@ -138,8 +138,9 @@ struct BwdBlock {
     const int bh_count = gridDim.x / p.dq_splits;
     const int bh = p.grid_kv_fastest ? blockIdx.x / p.dq_splits : blockIdx.x % bh_count;
     const int i = p.grid_kv_fastest ? blockIdx.x % p.dq_splits : blockIdx.x / bh_count;
-    // Ordered mode under a mask band: the last key block first (kernel_params.hpp, walk_up).
-    split = p.walk_up && p.dq_ordered ? p.dq_splits - 1 - i : i;
+    // Ordered mode under a mask band: the last key block first unless dq_heavy_first
+    // (kernel_params.hpp, walk_up).
+    split = p.walk_up && p.dq_ordered && !p.dq_heavy_first ? p.dq_splits - 1 - i : i;
     kv_head = bh % p.heads_kv;
     batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
     const SequenceRows seq = sequence_rows(f, batch, 0);
