@@ -75,19 +75,27 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 #endif
 }
 
+// Ordered wgmma backward under a mask band: dispatch each head's key blocks heaviest first
+// (kernel_params.hpp, dq_heavy_first) when a head has at most sms / 2 of them (other
+// streams' kernels may hold SMs) and a key block spans at least two query tiles, so that
+// the next key block, dispatched after it, walks two steps ahead of it (at D 256 the key
+// blocks span one tile and heaviest-first measured 6-12 % slower, bench/RESULTS.md, session
+// 30); FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the lightest first (A/B).
+bool bwd_heavy_first(int dim, int64_t key_blocks, int sms) {
+  const bool off = flash::detail::env_switch("FLASH_CUDA_BWD_HEAVY_FIRST", {"0", "1"}) == "0";
+  const bool two_tiles = with_wgmma_config(dim, [](auto config) {
+    using C = decltype(config);
+    return C::kBlockKV >= 2 * C::kBlockQ;
+  });
+  return !off && two_tiles && key_blocks <= sms / 2;
+}
+
 // Whether the Hopper forward runs on its persistent grid (one block per SM taking work
 // tiles from a counter; the next tile's Q and K/V load while this one finishes) instead
 // of one block per tile: always, unless FLASH_CUDA_FWD_PERSISTENT=0 (A/B).
 // Measured against that (bench/RESULTS.md 2026-11-24, H100, 779816c, bf16, D 64-256):
 // unmasked +1-4 % at S = 4k, -5 to +4 % at 16k, +8-16 % at 1k; causal +5-8 % at 4k,
 // +1-4 % at 16k, +11-22 % at 1k.
-// Ordered wgmma backward under a mask band: dispatch each head's key blocks heaviest first
-// (kernel_params.hpp, dq_heavy_first) when a head has at most sms / 2 of them (other
-// streams' kernels may hold SMs); FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the lightest first (A/B).
-bool bwd_heavy_first(int64_t key_blocks, int sms) {
-  const bool off = flash::detail::env_switch("FLASH_CUDA_BWD_HEAVY_FIRST", {"0", "1"}) == "0";
-  return !off && key_blocks <= sms / 2;
-}
 bool fwd_wgmma_persistent() {
   return flash::detail::env_switch("FLASH_CUDA_FWD_PERSISTENT", {"0", "1"}) != "0";
 }
@@ -728,7 +736,7 @@ struct CudaBackend {
     b.dq_rotate = b.wgmma && !b.f.mask.bounded && plan.splits <= device.sms / 2 &&
                   !flash::detail::has_sequence_arrays(p);
     b.walk_up = b.wgmma && b.f.mask.bounded;
-    b.dq_heavy_first = b.walk_up && plan.ordered && bwd_heavy_first(plan.splits, device.sms);
+    b.dq_heavy_first = b.walk_up && plan.ordered && bwd_heavy_first(dim, plan.splits, device.sms);
     b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
     // The dQ slices and the counters behind them start at zero (f32: none).
     const int64_t dq_words = plan.slices * plan.slice_floats + plan.counters;

@@ -104,7 +104,8 @@ struct BwdParams {
   // The atomic mode walks the same way (its dK, dV equal the ordered mode's bitwise) but
   // dispatches the first key block first (the longest walk under a causal mask).
   bool walk_up;
-  // Ordered mode under a mask band, at most sms / 2 key blocks per head: the grid dispatches
+  // Ordered mode under a mask band, at most sms / 2 key blocks per head of two query tiles
+  // each (D 64 / 128; cuda_backend.cu, bwd_heavy_first): the grid dispatches
   // a head's key blocks from the first (the longest walk under a causal mask) as the atomic
   // mode does, so that no head's longest walks start last (the grid's tail). Its blocks
   // then wait for lighter ones dispatched after them, but only within the head being
