@@ -191,6 +191,17 @@ FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 256, FLASH_BWD_WGMMA_TUNE_256)
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
 
+// The config a softcap problem runs: C itself, or, where C takes the overlapped order
+// (D = 64), C in the serial (ping-pong) order, which runs softcap without turns: the tanh
+// lengthens the element-wise phase past the products it should hide, and the serial order
+// measured +10-12 % there (plain problems: -2-4 %; bench/RESULTS.md, session 30).
+template <class C, bool kOverlapped = C::kOverlap>
+struct BwdWgmmaSoftcapConfig : C {};
+template <class C>
+struct BwdWgmmaSoftcapConfig<C, true> : C {
+  static constexpr bool kOverlap = false, kGradsInRegs = false;
+};
+
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
 // [D/64][BK rows][64]), kStages stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, kDsTiles
 // dSᵀ tiles (SW64 / SW128 [BK][BQ]), two dQ staging tiles [BQ][D + 4] f32; 1024 bytes of
@@ -363,9 +374,13 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 
 // Kernel names and shared memory of the backward for a tile head dim; is_f32 picks the
 // SIMT path. Past kBwdMaxUnsplitDim the kernel runs twice (dV pass, dK + dQ pass).
-inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim) {
+inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim, bool softcap) {
   if (is_f32) return BwdSimtConfig::kName;
-  if (wgmma) return with_wgmma_config(dim, [](auto c) { return std::string(decltype(c)::kName); });
+  if (wgmma)
+    return with_wgmma_config(dim, [&](auto c) {
+      using C = decltype(c);
+      return std::string(C::kName) + (softcap && C::kOverlap ? " (softcap: serial order)" : "");
+    });
   const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \

@@ -25,7 +25,8 @@
 // cores during step i's element-wise phase; at D = 128 each step is serial inside a warpgroup
 // and the two warpgroups take turns issuing their products (ping-pong), so one's element-wise
 // phase runs under the other's products; D = 256 is serial, the warpgroups meeting at block
-// barriers. Softcap is a template parameter and tiles inside the mask band skip the
+// barriers. Softcap is a template parameter (its instance runs BwdWgmmaSoftcapConfig<C>: at
+// D = 64 the D = 128 loop, without turns) and tiles inside the mask band skip the
 // per-element masks. One block per key block; all blocks add into one f32 dQ accumulator
 // (bwd_dq_convert scales and converts it). Deterministic mode: the adds into each query tile
 // happen in a fixed order (per-tile counters, below): key-block order (highest first, each

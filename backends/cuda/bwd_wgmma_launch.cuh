@@ -2,6 +2,7 @@
 // loader's TMA copies, then one block per key block (launch_bwd_blocks).
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "bwd_wgmma_kernel.cuh"
@@ -26,9 +27,13 @@ void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, con
                                f.o_stride[1], f.o_stride[2], f.o_stride[0], C::kBlockQ});
   }
   phase_trace_before_launch(stream);
-  launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, C, true>>(
-      params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes, lse2, delta, rows_pad, stream,
-      maps);
+  // Softcap runs BwdWgmmaSoftcapConfig<C> (bwd_configs.hpp); both kernels get the larger
+  // of the two layouts' shared memory.
+  using Softcap = BwdWgmmaSoftcapConfig<C>;
+  constexpr int kSmem =
+      std::max(BwdWgmmaLayout<C>::kSmemBytes, BwdWgmmaLayout<Softcap>::kSmemBytes);
+  launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, Softcap, true>>(
+      params, batch, C::kThreads, kSmem, lse2, delta, rows_pad, stream, maps);
   phase_trace_after_launch(stream, C::kName, kBwdTraceRoleNames, kBwdTracePhaseNames);
 }
 

@@ -495,9 +495,9 @@ struct CudaBackend {
       const DeviceInfo d = current_device();
       const auto [dim, wgmma] = bwd_tile(p, d.major, d.minor);
       const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
-      const std::string name = bwd_config_name(is_f32, wgmma, dim) + " " + dtype_name(p.dtype) +
-                               (p.cu_seqlens_q || p.cu_seqlens_kv ? " packed" : "") +
-                               padding_note(p, dim);
+      const std::string name =
+          bwd_config_name(is_f32, wgmma, dim, p.softcap > 0.f) + " " + dtype_name(p.dtype) +
+          (p.cu_seqlens_q || p.cu_seqlens_kv ? " packed" : "") + padding_note(p, dim);
       if (smem > d.smem_optin)
         return Choice::decline("cuda backend: backward tile config " + name + " needs " +
                                std::to_string(smem) + " bytes of shared memory, device " + d.name +
