@@ -276,6 +276,21 @@ auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything els
                       : fn(BwdWgmmaConfig<256>{});
 }
 
+// Ordered wgmma backward under a mask band: dispatch each head's key blocks heaviest first
+// (kernel_params.hpp, dq_heavy_first) when a head has at most sms / 2 of them (other
+// streams' kernels may hold SMs) and a key block spans at least two query tiles, so that
+// the next key block, dispatched after it, walks two steps ahead of it (at D 256 the key
+// blocks span one tile and heaviest-first measured 6-12 % slower, bench/RESULTS.md, session
+// 30); FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the lightest first (A/B).
+inline bool bwd_heavy_first(int dim, int64_t key_blocks, int sms) {
+  const bool off = flash::detail::env_switch("FLASH_CUDA_BWD_HEAVY_FIRST", {"0", "1"}) == "0";
+  const bool two_tiles = with_wgmma_config(dim, [](auto config) {
+    using C = decltype(config);
+    return C::kBlockKV >= 2 * C::kBlockQ;
+  });
+  return !off && two_tiles && key_blocks <= sms / 2;
+}
+
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows
 // for dK/dV), the other side in tiles of 32 (one per lane), kWarps warps per block.
 struct BwdSimtConfig {

@@ -75,21 +75,6 @@ bool fwd_wgmma_usable(const flash_problem& p, int cc_major, int cc_minor) {
 #endif
 }
 
-// Ordered wgmma backward under a mask band: dispatch each head's key blocks heaviest first
-// (kernel_params.hpp, dq_heavy_first) when a head has at most sms / 2 of them (other
-// streams' kernels may hold SMs) and a key block spans at least two query tiles, so that
-// the next key block, dispatched after it, walks two steps ahead of it (at D 256 the key
-// blocks span one tile and heaviest-first measured 6-12 % slower, bench/RESULTS.md, session
-// 30); FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the lightest first (A/B).
-bool bwd_heavy_first(int dim, int64_t key_blocks, int sms) {
-  const bool off = flash::detail::env_switch("FLASH_CUDA_BWD_HEAVY_FIRST", {"0", "1"}) == "0";
-  const bool two_tiles = with_wgmma_config(dim, [](auto config) {
-    using C = decltype(config);
-    return C::kBlockKV >= 2 * C::kBlockQ;
-  });
-  return !off && two_tiles && key_blocks <= sms / 2;
-}
-
 // Whether the Hopper forward runs on its persistent grid (one block per SM taking work
 // tiles from a counter; the next tile's Q and K/V load while this one finishes) instead
 // of one block per tile: always, unless FLASH_CUDA_FWD_PERSISTENT=0 (A/B).

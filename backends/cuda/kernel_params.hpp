@@ -105,12 +105,12 @@ struct BwdParams {
   // dispatches the first key block first (the longest walk under a causal mask).
   bool walk_up;
   // Ordered mode under a mask band, at most sms / 2 key blocks per head of two query tiles
-  // each (D 64 / 128; cuda_backend.cu, bwd_heavy_first): the grid dispatches
+  // each (D 64 / 128; bwd_configs.hpp, bwd_heavy_first): the grid dispatches
   // a head's key blocks from the first (the longest walk under a causal mask) as the atomic
   // mode does, so that no head's longest walks start last (the grid's tail). Its blocks
   // then wait for lighter ones dispatched after them, but only within the head being
   // dispatched, whose blocks all fit on the GPU beside the earlier heads' (which never
-  // wait for an undispatched block): no cycle (cuda_backend.cu, bwd_heavy_first).
+  // wait for an undispatched block): no cycle (bwd_configs.hpp, bwd_heavy_first).
   bool dq_heavy_first;
 };
 
