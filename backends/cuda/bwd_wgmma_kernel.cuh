@@ -349,9 +349,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       const int chunk = 2 * kk + st_chunk;
       const uint32_t addr =
           BQ == 32 ? sw64_addr(tile, st_row, chunk) : sw128_addr<BK>(tile, st_row, chunk);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-                   "r"(frag[kk][0]), "r"(frag[kk][1]), "r"(frag[kk][2]), "r"(frag[kk][3])
-                   : "memory");
+      stmatrix_x4(addr, frag[kk][0], frag[kk][1], frag[kk][2], frag[kk][3]);
     }
   };
 
@@ -391,8 +389,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // row chunks go out.
   bool k_nonfinite = false;  // this block's K holds a NaN or inf (bwd_ops.cuh)
   auto store_dk_dv = [&] {
-    const int st_row = key_warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-    const int st_chunk = d_first / 8 + (lane >> 4);
+    const int dkv_chunk = d_first / 8 + (lane >> 4);  // store_tile's lanes, dK / dV columns
     mma_sync();  // every warpgroup's products are done with sK / sV
     bool nan_key[2];
 #pragma unroll
@@ -411,9 +408,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         dv_pairs[r] = pack2<T>(dv_of_key(nan_key[r & 1], acc_dk[a], acc_dv[a]),
                                dv_of_key(nan_key[r & 1], acc_dk[a + 1], acc_dv[a + 1]));
       }
-      stmatrix_x4(sw128_addr<BK>(sK, st_row, st_chunk + 2 * jj), dk_pairs[0], dk_pairs[1],
+      stmatrix_x4(sw128_addr<BK>(sK, st_row, dkv_chunk + 2 * jj), dk_pairs[0], dk_pairs[1],
                   dk_pairs[2], dk_pairs[3]);
-      stmatrix_x4(sw128_addr<BK>(sV, st_row, st_chunk + 2 * jj), dv_pairs[0], dv_pairs[1],
+      stmatrix_x4(sw128_addr<BK>(sV, st_row, dkv_chunk + 2 * jj), dv_pairs[0], dv_pairs[1],
                   dv_pairs[2], dv_pairs[3]);
     }
     mma_sync();  // the whole tiles are written
