@@ -80,6 +80,17 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, int by
       : "memory");
 #endif
 }
+// Copies `bytes` of shared memory to global memory (a bulk copy, not an add: the first add
+// into an ordered dQ tile, which then needs no zeroed accumulator).
+__device__ __forceinline__ void bulk_store(float* dst, uint32_t src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+#endif
+}
 // Partial dQ of rows [q0, q0 + BQ) of one head = dS·K, dS from the shared dSᵀ tile (every
 // warp has written its rows; the caller synchronised), K resident. Warps split the
 // BQ x D partial into (m16 tile, column range) pieces. kAdd = red: added to dq_rows

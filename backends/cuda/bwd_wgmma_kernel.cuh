@@ -516,7 +516,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         clk.mark(kBwdPhIssue);
         if (p.dq_ordered) wait_counter(counter, rank, seen);
         clk.mark(kBwdPhDq);
-        bulk_reduce_add(dst, smem_addr(dq_tile(step)), kDqTile * 4);
+        // Ordered mode: the tile's first add (rank 0) is a copy, so the accumulator needs no
+        // zeroing (cuda_backend.cu); tiles no block adds into hold rows that see no key, which
+        // bwd_dq_convert writes as 0 without reading.
+        if (p.dq_ordered && rank == 0)
+          bulk_store(dst, smem_addr(dq_tile(step)), kDqTile * 4);
+        else
+          bulk_reduce_add(dst, smem_addr(dq_tile(step)), kDqTile * 4);
         bulk_wait_read<0>();
         mbar_arrive(dq_empty(st));
         clk.mark(kBwdPhDvDk);

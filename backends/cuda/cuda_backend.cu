@@ -723,10 +723,14 @@ struct CudaBackend {
     b.walk_up = b.wgmma && b.f.mask.bounded;
     b.dq_heavy_first = b.walk_up && plan.ordered && bwd_heavy_first(dim, plan.splits, device.sms);
     b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
-    // The dQ slices and the counters behind them start at zero (f32: none).
-    const int64_t dq_words = plan.slices * plan.slice_floats + plan.counters;
+    // The dQ slices and the counters behind them start at zero (f32: none); in the ordered
+    // mode each tile's first add is a copy and only the counters need it.
+    const int64_t dq_words =
+        plan.ordered ? plan.counters : plan.slices * plan.slice_floats + plan.counters;
+    void* dq_zero =
+        plan.ordered ? static_cast<void*>(b.dq_counters) : static_cast<void*>(b.dq_accum);
     if (dq_words > 0)
-      check_cuda(cudaMemsetAsync(b.dq_accum, 0, sizeof(float) * dq_words, stream),
+      check_cuda(cudaMemsetAsync(dq_zero, 0, sizeof(float) * dq_words, stream),
                  "cudaMemsetAsync (dQ accumulator)");
     switch (p.dtype) {
       case FLASH_F32:
