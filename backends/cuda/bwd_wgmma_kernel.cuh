@@ -45,8 +45,8 @@
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k, interleaved
-// with torch in one process, session 30): of cuDNN D = 64 0.88-0.94, D = 128 0.87-0.95, D = 256
-// 0.99-1.14; 1.5-1.9x torch's FlashAttention-2. What changed what, session by session (the
+// with torch in one process, session 31): of cuDNN D = 64 0.89-0.95, D = 128 0.88-0.98, D = 256
+// 1.02-1.15; 1.5-1.9x torch's FlashAttention-2. What changed what, session by session (the
 // loader warps, the dQ warpgroup, the ping-pong order, ...): bench/RESULTS.md.
 // How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
