@@ -228,11 +228,13 @@ __global__ void __launch_bounds__(S::kThreads) decode_mma_kernel(const DecodePar
     cp_async_commit();
   }
   // Page ids of the next two tiles to load: each looked up two tiles before its copies are
-  // issued, so the block-table read (an L2 round trip, or DRAM) overlaps two tiles' products
-  // and waits instead of holding back the copies (+1-2 % over one tile ahead, H100). A paged
-  // cache executes 13 % more instructions than a contiguous one (ncu); advancing page and
-  // row without the two divisions per tile cut that to 5 % at equal speed, so the simpler
-  // form stays (bench/RESULTS.md, session 15).
+  // issued, so the block-table read (an L2 round trip, or DRAM) overlaps the tiles' products
+  // and waits instead of holding back the copies (+1-2 % over one tile ahead, H100). As
+  // compiled, the id is copied into the next iteration's register at the loop's back edge,
+  // so the warp waits for it one iteration after the load (SASS, session 31; unrolling by
+  // two to remove the copy measured the same). A paged cache executes 13 % more instructions
+  // than a contiguous one (ncu); advancing page and row without the two divisions per tile
+  // cut that to 5 % at equal speed, so the simpler form stays (bench/RESULTS.md, session 15).
   int next_page = tile_page(S::kStages - 1), after_page = tile_page(S::kStages);
   // Q (copied by the whole block, the oldest group) visible to every warp: one barrier
   // that all threads reach, whatever their tile count (a barrier inside the tile loop
