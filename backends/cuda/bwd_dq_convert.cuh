@@ -33,22 +33,19 @@ __global__ void __launch_bounds__(DqConvertShape<kDim>::kThreads)
   if (row >= seq.mask.seqlen_q || col >= f.head_dim) return;  // this sequence's rows
   const float* acc =
       p.dq_accum + ((batch * f.heads_q + head) * rows_pad + row) * p.dq_row_floats + col;
-  // A row that sees no key has dq = 0; in the ordered mode no block may have written its
+  // A row that sees no key has dq = 0: in the ordered mode no block may have written its
   // part of the accumulator, which is not zeroed there (bwd_wgmma_kernel.cuh, the dQ warp).
   const KeyRange keys = visible_keys(seq.mask, row, row);
-  if (keys.begin >= keys.end) {
-    T* dq =
-        static_cast<T*>(p.dq) + seq.q + (int64_t)row * f.q_stride[1] + head * f.q_stride[2] + col;
-    *reinterpret_cast<uint2*>(dq) = make_uint2(pack2<T>(0.f, 0.f), pack2<T>(0.f, 0.f));
-    return;
-  }
-  float4 sum = *reinterpret_cast<const float4*>(acc);
-  for (int s = 1; s < p.dq_slices; ++s) {
-    const float4 a = *reinterpret_cast<const float4*>(acc + s * p.dq_slice_floats);
-    sum.x += a.x;
-    sum.y += a.y;
-    sum.z += a.z;
-    sum.w += a.w;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (keys.begin < keys.end) {
+    sum = *reinterpret_cast<const float4*>(acc);
+    for (int s = 1; s < p.dq_slices; ++s) {
+      const float4 a = *reinterpret_cast<const float4*>(acc + s * p.dq_slice_floats);
+      sum.x += a.x;
+      sum.y += a.y;
+      sum.z += a.z;
+      sum.w += a.w;
+    }
   }
   T* dq = static_cast<T*>(p.dq) + seq.q + (int64_t)row * f.q_stride[1] + head * f.q_stride[2] + col;
   // head_dim is a multiple of 8 and strides of 16 bytes: 4 elements stay in bounds/aligned.
