@@ -89,7 +89,7 @@ TEST_P(Forward, MatchesReference) {
   // problems give a block one tile: the Hopper forward's hand-over from one tile to the
   // next, the Q reload and the K/V ring continuing across tiles, would go untested), once
   // with the banded-mask tile off and once forced on (FLASH_CUDA_FWD_BAND_TILE), so that
-  // causal / window cases at D 128 cross tile boundaries on both Hopper tiles. Other
+  // every case at D 128, masked or not, crosses tile boundaries on both Hopper tiles. Other
   // backends ignore the variables.
   struct Run {
     const char *blocks, *band_tile;

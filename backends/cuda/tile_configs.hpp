@@ -172,17 +172,22 @@ FLASH_FWD_WGMMA_CONFIG_X(128, FLASH_FWD_WGMMA_TUNE_128)
 FLASH_FWD_WGMMA_CONFIG_X(192, FLASH_FWD_WGMMA_TUNE_192)
 FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 #undef FLASH_FWD_WGMMA_CONFIG_X
-// Banded masks (causal, windows) at D = 128 whose keys are few: 128-key tiles, three
-// stages (FlashAttention-3's causal tile; cuDNN's D 128 forward kernel, named "64x128x128",
-// takes 232 KB of shared memory, which fits this shape).
-// Against the 176-key tile (bench/RESULTS.md, session 21, H200, bf16, interleaved with
-// cuDNN): causal 0.78 / 0.90 / 0.98 of cuDNN at 1k / 2k / 4k (was 0.73 / 0.87 / 0.96), -1 %
-// at 8k and 16k; non-causal -3 % at 1k-2k: so banded masks only, up to kFwdBandTileMaxKeys
-// keys, and paged caches (boxes of up to 128 rows; cuda_backend.cu's fwd_band_tile decides).
+// D = 128 problems whose keys are few: 128-key tiles, three stages (FlashAttention-3's
+// causal tile; cuDNN's D 128 forward kernel, named "64x128x128", takes 232 KB of shared
+// memory, which fits this shape). Named for the banded masks it first ran.
+// Banded masks (causal, windows) up to kFwdBandTileMaxKeys keys: against the 176-key tile
+// (bench/RESULTS.md, session 21, H200, bf16, interleaved with cuDNN) causal 0.78 / 0.90 /
+// 0.98 of cuDNN at 1k / 2k / 4k (was 0.73 / 0.87 / 0.96), -1 % at 8k and 16k.
+// Unmasked problems up to kFwdShortTileMaxKeys keys: against the 192-key tile (session 32,
+// H200, bf16 / f16, three to four rounds) +14-20 % at 512 keys, +4-8 % at 1k, +1-3 % at 2k,
+// 0-1 % at 3k, -2-3 % at 4k; packed batches of 16 x 512 tokens +27 % (session 21 had -3 % at
+// 1k-2k against the 176-key tile of then, before the narrow last tile and O staged in shared
+// memory).
+// Paged caches: always (boxes of up to 128 rows). cuda_backend.cu's fwd_band_tile decides.
 template <int kDim>
 struct FwdWgmmaBandConfig;
 FLASH_FWD_WGMMA_CONFIG(FwdWgmmaBandConfig, 128, 128, 3, 2)
-constexpr int kFwdBandTileMaxKeys = 4096;
+constexpr int kFwdBandTileMaxKeys = 4096, kFwdShortTileMaxKeys = 2048;
 #undef FLASH_FWD_WGMMA_CONFIG
 
 // Paged caches on the Hopper forward: K / V rows arrive in boxes of kPagedBoxRows rows, one
