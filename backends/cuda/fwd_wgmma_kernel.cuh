@@ -39,7 +39,7 @@
 // Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process,
 // session 27, b37eede): of cuDNN at S >= 4k 0.94-1.18, D 128 4k 0.99 / 1.00 bf16, 0.97 / 1.00
 // f16, 16k 1.01 / 1.07, 0.99 / 1.08 (non-causal / causal); 1.1-2.8x torch's FlashAttention-2;
-// D 128 again in session 29: 4k 0.98 / 1.01 bf16, 0.98 / 1.02 f16, 16k 1.01 / 1.11, 1.01 / 1.13.
+// D 128 non-causal, session 32: 4k 0.98 / 0.97 bf16 / f16, 16k 1.01, 1k 0.96 / 0.95 (kv128).
 // What changed what (ping-pong four times neutral, a tile's last P·V carried into the next one
 // 1-8 % slower, exponents on the FMA pipe 4-18 % slower, ...): bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;

@@ -179,7 +179,7 @@ FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
 // (bench/RESULTS.md, session 21, H200, bf16, interleaved with cuDNN) causal 0.78 / 0.90 /
 // 0.98 of cuDNN at 1k / 2k / 4k (was 0.73 / 0.87 / 0.96), -1 % at 8k and 16k.
 // Unmasked problems up to kFwdShortTileMaxKeys keys: against the 192-key tile (session 32,
-// H200, bf16 / f16, three to four rounds) +14-20 % at 512 keys, +4-8 % at 1k, +1-3 % at 2k,
+// H200, bf16 / f16, medians of 3-10 rounds) +17-21 % at 512 keys, +6-7 % at 1k, +2 % at 2k,
 // 0-1 % at 3k, -2-3 % at 4k; packed batches of 16 x 512 tokens +27 % (session 21 had -3 % at
 // 1k-2k against the 176-key tile of then, before the narrow last tile and O staged in shared
 // memory).
