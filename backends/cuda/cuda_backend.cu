@@ -722,13 +722,12 @@ struct CudaBackend {
                   !flash::detail::has_sequence_arrays(p);
     b.walk_up = b.wgmma && b.f.mask.bounded;
     b.dq_heavy_first = b.walk_up && plan.ordered && bwd_heavy_first(dim, plan.splits, device.sms);
-    b.dq_counters = reinterpret_cast<unsigned*>(b.dq_accum + plan.slices * plan.slice_floats);
+    float* const dq_slices_end = b.dq_accum + plan.slices * plan.slice_floats;
+    b.dq_counters = reinterpret_cast<unsigned*>(dq_slices_end);
     // The dQ slices and the counters behind them start at zero (f32: none); in the ordered
     // mode each tile's first add is a copy and only the counters need it.
-    const int64_t dq_words =
-        plan.ordered ? plan.counters : plan.slices * plan.slice_floats + plan.counters;
-    void* dq_zero =
-        plan.ordered ? static_cast<void*>(b.dq_counters) : static_cast<void*>(b.dq_accum);
+    float* const dq_zero = plan.ordered ? dq_slices_end : b.dq_accum;
+    const int64_t dq_words = (dq_slices_end - dq_zero) + plan.counters;
     if (dq_words > 0)
       check_cuda(cudaMemsetAsync(dq_zero, 0, sizeof(float) * dq_words, stream),
                  "cudaMemsetAsync (dQ accumulator)");
