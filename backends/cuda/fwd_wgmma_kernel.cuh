@@ -41,7 +41,8 @@
 // f16, 16k 1.01 / 1.07, 0.99 / 1.08 (non-causal / causal); 1.1-2.8x torch's FlashAttention-2;
 // D 128 non-causal, session 32: 4k 0.98 / 0.97 bf16 / f16, 16k 1.01, 1k 0.96 / 0.95 (kv128).
 // What changed what (ping-pong four times neutral, a tile's last P·V carried into the next one
-// 1-8 % slower, exponents on the FMA pipe 4-18 % slower, ...): bench/RESULTS.md.
+// 1-8 % slower, exponents on the FMA pipe 4-18 % slower, K/V multicast to block pairs (clusters
+// of two) neutral, S in two parts serialised by ptxas, ...): bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
