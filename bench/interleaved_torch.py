@@ -13,6 +13,10 @@ the per-round ratio.
       python3 bench/interleaved_torch.py --dtype bf16 f16 --head-dim 64 128 256 \\
           --seqlen 1024 4096 16384 --torch flash cudnn [--backward [--atomic]]
 
+--ours-env VAR=VALUE ... adds ours with that environment variable set (e.g. an A/B switch of
+the cuda backend, read on every call) to the rotation, as `ours[VAR=VALUE]`, with its speed
+over plain ours (median per-round ratio) beside the torch ratios: an A/B in one process.
+
 Shapes: FlashAttention's benchmark (batch * seqlen = 16384 tokens, heads * head_dim =
 2048). Ours takes [B, S, H, D] tensors, torch [B, H, S, D] (each library's native layout,
 the same values). A timing is `--iters` calls back to back between two CUDA events (no L2
@@ -28,6 +32,7 @@ limit, and then the clock, and with it the speed, depends on each kernel's energ
 """
 import argparse
 import itertools
+import os
 import statistics
 import subprocess
 import threading
@@ -73,12 +78,28 @@ def problem_calls(args, dtype, d, s, heads, causal):
             calls[name] = (lambda ot=ot: torch.autograd.grad(ot, (qt, kt, vt), gt, retain_graph=True))
     else:
         calls["ours"] = lambda: flashattn.attention(q, k, v, causal=causal, backend="cuda")
+        for spec in args.ours_env:
+            calls[f"ours[{spec}]"] = lambda spec=spec: with_env(spec, calls["ours"])
         for name in args.torch:
             def call(name=name):
                 with sdpa_kernel([TORCH_GPU_BACKENDS[name]]):
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             calls[name] = call
     return calls, b, h
+
+
+def with_env(spec, fn):
+    """fn() with the environment variable of spec ("VAR=VALUE") set, restored after."""
+    var, value = spec.split("=", 1)
+    before = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        return fn()
+    finally:
+        if before is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = before
 
 
 def first_output(result):
@@ -135,9 +156,13 @@ def interleaved_row(args, names, calls):
         for n in names[r % len(names):] + names[:r % len(names)]:
             times[n].append(ms_per_call(calls[n], args.iters))
     ratios = []
-    for n in args.torch:
+    for n in args.torch + [f"ours[{spec}]" for spec in args.ours_env]:
         per_round = [a / o for a, o in zip(times[n], times["ours"])]
-        ratios.append(f"{statistics.median(per_round):.2f} "
+        if n.startswith("ours["):
+            per_round = [1.0 / x for x in per_round]  # the variant's speed over ours
+        ratios.append(f"{statistics.median(per_round):.3f} "
+                      f"({min(per_round):.3f}-{max(per_round):.3f})" if n.startswith("ours[") else
+                      f"{statistics.median(per_round):.2f} "
                       f"({min(per_round):.2f}-{max(per_round):.2f})")
     return {n: statistics.median(t) / 1e3 for n, t in times.items()}, ratios, \
         f"{diff:.1e} vs {ref_name}"
@@ -157,6 +182,8 @@ def main():
     p.add_argument("--heads", type=int, nargs="+", default=[0],
                    help="head counts instead of FlashAttention's 2048 / D (0: theirs); e.g. "
                         "to see a persistent grid's last-wave fill: 16 vs 33 heads")
+    p.add_argument("--ours-env", nargs="+", default=[], metavar="VAR=VALUE",
+                   help="also time ours with this environment variable set (A/B switches)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=10, help="calls per timing")
     p.add_argument("--sustained", type=float, default=0.0,
@@ -166,15 +193,17 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, flashattn "
           f"{flashattn.version()}, {'backward' if args.backward else 'forward'}"
           f"{' (ours atomic)' if args.atomic else ''}, {args.rounds} rounds x {args.iters} calls")
-    names = ["ours"] + args.torch
+    variants = [f"ours[{spec}]" for spec in args.ours_env]
+    names = ["ours"] + variants + args.torch
     if args.sustained > 0:
         print("| dtype | D | S | B x H | causal | " + " | ".join(f"{n} TF/s, MHz, W" for n in names)
               + " |")
         print("|" + "---|" * (5 + len(names)))
     else:
         print(f"| dtype | D | S | B x H | causal | {' | '.join(f'{n} TF/s' for n in names)} | "
-              f"{' | '.join(f'ours/{n}' for n in args.torch)} | max diff |")
-        print("|" + "---|" * (6 + len(names) + len(args.torch)))
+              f"{' | '.join([f'ours/{n}' for n in args.torch] + [f'{n}/ours' for n in variants])}"
+              f" | max diff |")
+        print("|" + "---|" * (6 + len(names) + len(args.torch) + len(variants)))
     for dtype, d, s, heads, causal in itertools.product(args.dtype, args.head_dim, args.seqlen,
                                                          args.heads, masks):
         calls, b, h = problem_calls(args, dtype, d, s, heads, causal)

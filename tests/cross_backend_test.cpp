@@ -84,25 +84,31 @@ TEST_P(Forward, MatchesReference) {
   const auto& [target, index, dtype] = GetParam();
   if (!target.available) GTEST_SKIP() << target.label << " unavailable: " << target.reason;
   const Prepared& in = prepare(forward_cases()[index], dtype, false);
-  // cuda runs each case three times: on its default grid, and on a persistent grid of two
-  // blocks, where every block runs many work tiles (on one block per SM these small
+  // cuda runs each case three times: on its default grid, and on a persistent grid of three
+  // or two blocks, where every block runs many work tiles (on one block per SM these small
   // problems give a block one tile: the Hopper forward's hand-over from one tile to the
   // next, the Q reload and the K/V ring continuing across tiles, would go untested), once
   // with the banded-mask tile off and once forced on (FLASH_CUDA_FWD_BAND_TILE), so that
-  // every case at D 128, masked or not, crosses tile boundaries on both Hopper tiles. Other
-  // backends ignore the variables.
+  // every case at D 128, masked or not, crosses tile boundaries on both Hopper tiles. The
+  // first of the two also splits the tail wherever it can (FLASH_CUDA_FWD_TAIL=force: an
+  // unmasked case whose work tiles leave one or two over three blocks cuts them into three
+  // key ranges, two tiles' ranges crossing from one tile into the next, each tile merged
+  // by its segment that ends last). Other backends ignore the variables.
   struct Run {
-    const char *blocks, *band_tile;
+    const char *blocks, *band_tile, *tail;
   };
-  const std::vector<Run> runs = target.backend == Backend::cuda
-                                    ? std::vector<Run>{{nullptr, nullptr}, {"2", "0"}, {"2", "1"}}
-                                    : std::vector<Run>{{nullptr, nullptr}};
+  const std::vector<Run> runs =
+      target.backend == Backend::cuda
+          ? std::vector<Run>{{nullptr, nullptr, nullptr}, {"3", "0", "force"}, {"2", "1", nullptr}}
+          : std::vector<Run>{{nullptr, nullptr, nullptr}};
   for (const Run& run : runs) {
-    SCOPED_TRACE(run.blocks ? std::string("FLASH_CUDA_FWD_BLOCKS=2 FLASH_CUDA_FWD_BAND_TILE=") +
-                                  run.band_tile
+    SCOPED_TRACE(run.blocks ? std::string("FLASH_CUDA_FWD_BLOCKS=") + run.blocks +
+                                  " FLASH_CUDA_FWD_BAND_TILE=" + run.band_tile +
+                                  " FLASH_CUDA_FWD_TAIL=" + (run.tail ? run.tail : "1")
                             : std::string("default grid"));
     ScopedEnv grid("FLASH_CUDA_FWD_BLOCKS", run.blocks);
     ScopedEnv band_tile("FLASH_CUDA_FWD_BAND_TILE", run.band_tile);
+    ScopedEnv tail("FLASH_CUDA_FWD_TAIL", run.tail);
     HostTensor o = in.o;  // a fresh output buffer with the case's layout
     o.poison();
     std::vector<float> lse =

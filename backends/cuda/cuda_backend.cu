@@ -23,6 +23,7 @@
 #include "dispatch/backend_adapter.hpp"
 #include "dispatch/env_switch.hpp"
 #include "dispatch/sequence_arrays.hpp"
+#include "fwd_tail_split.cuh"
 #include "host_staging.hpp"
 #include "kernel_params.hpp"
 #include "merge.hpp"
@@ -92,6 +93,14 @@ int fwd_persistent_blocks(int sms) {
   return cap > 0 && cap < sms ? static_cast<int>(cap) : sms;
 }
 
+// The split tail of the persistent Hopper forward (fwd_tail_split.cuh): FwdParams::tail_split,
+// 1 (where fwd_tail_plan's limits say it pays) unless FLASH_CUDA_FWD_TAIL=0 turns it off (A/B)
+// or =force splits wherever each range gets a step (tests: small problems on three blocks).
+int fwd_tail_split_mode() {
+  const std::string v = flash::detail::env_switch("FLASH_CUDA_FWD_TAIL", {"0", "1", "force"});
+  return v == "0" ? 0 : v == "force" ? 2 : 1;
+}
+
 // K/V bytes that the causal / banded Hopper forward's tiles in flight may share in L2
 // (work_tile_order.cuh's sections): 1 / kFwdL2SectionShare of the L2, the rest left to
 // the Q and O streams and to the tiles of the next section starting while this one ends.
@@ -147,6 +156,7 @@ void validate_switches() {
   (void)fwd_forced_mma();
   (void)bwd_forced_mma();
   (void)fwd_wgmma_persistent();
+  (void)fwd_tail_split_mode();
   (void)fwd_l2_section_bytes(0);
   (void)fwd_lpt_tail();
   (void)fwd_band_tile(flash_problem{}, false);
@@ -604,12 +614,17 @@ struct CudaBackend {
       f.num_pages = static_cast<int>(p.num_pages);
     }
     const int dim = fwd_tile_dim(p, f.wgmma);
-    // The persistent Hopper forward's tile counter (held until the launch is enqueued).
+    // The persistent Hopper forward's tile counter and split-tail counters (held until the
+    // launch is enqueued).
     LockedBuffer tile_counter;
     if (f.wgmma && fwd_wgmma_persistent()) {
-      tile_counter = lock_device_buffer(stream, BufferPurpose::counters, 2 * sizeof(int));
-      f.tile_counter = static_cast<int*>(tile_counter.ptr);
       f.persistent_blocks = fwd_persistent_blocks(device.sms);
+      f.tail_split = fwd_tail_split_mode();
+      tile_counter = lock_device_buffer(
+          stream, BufferPurpose::counters,
+          sizeof(int) * (2 + static_cast<size_t>(fwd_tail_max_counts(f.persistent_blocks))));
+      f.tile_counter = static_cast<int*>(tile_counter.ptr);
+      f.tail_counts = f.tile_counter + 2;
     }
     // Packed batches: the tensor maps that the device completes (held until enqueued).
     LockedBuffer packed_maps;

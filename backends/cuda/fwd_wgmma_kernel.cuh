@@ -36,13 +36,13 @@
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
-// Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process,
-// session 27, b37eede): of cuDNN at S >= 4k 0.94-1.18, D 128 4k 0.99 / 1.00 bf16, 0.97 / 1.00
-// f16, 16k 1.01 / 1.07, 0.99 / 1.08 (non-causal / causal); 1.1-2.8x torch's FlashAttention-2;
-// D 128 non-causal, session 32: 4k 0.98 / 0.97 bf16 / f16, 16k 1.01, 1k 0.96 / 0.95 (kv128).
-// What changed what (ping-pong four times neutral, a tile's last P·V carried into the next one
-// 1-8 % slower, exponents on the FMA pipe 4-18 % slower, K/V multicast to block pairs (clusters
-// of two) neutral, S in two parts serialised by ptxas, ...): bench/RESULTS.md.
+// Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process):
+// of cuDNN at S >= 4k 0.94-1.18 (session 27); D 128 non-causal (session 34) 4k 0.97 / 0.98
+// bf16 / f16, 8k 1.01, 16k 1.03; 1.1-2.8x torch's FlashAttention-2. The split tail (the last
+// partial round of unmasked tiles as one key range per block, fwd_tail_split.cuh) +1-2 % at
+// 8k / 16k, none at 4k. What changed what (ping-pong four times neutral, a tile's last P·V
+// carried into the next one 1-8 % slower, FMA-pipe exponents 4-18 % slower, K/V multicast to
+// block pairs neutral, S in two parts serialised by ptxas, ...): bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -117,16 +117,20 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   // The work tile, handed from the producer to consumer c in shared memory (written before
   // full_q(c)'s arrival, read before c's empty_q(c) arrival: one slot per consumer).
   __shared__ int tile_slot[WG];
+  __shared__ int tail_last[WG];  // the split tail: whether consumer c's segment merges
 
-  // What a work tile covers; the producer and the consumers derive it alike, so both
-  // count the same K/V tiles through the ring.
+  // What work slot t covers (a whole tile, or a split tail segment's steps: piece_slot = t);
+  // the producer and the consumers derive it alike, so both count the same K/V tiles.
   struct TileSpan {
     SequenceRows seq;
     MaskParams mask;
-    int head, batch, q0, q_last, tile_begin, n_tiles;
+    int head, batch, q0, q_last, tile_begin, n_tiles, piece_slot;
   };
   const auto span_of = [&](int t) {
-    const FwdWorkTile w = fwd_work_tile(tp, t);
+    const bool piece = t >= tp.total_tiles;
+    const FwdTailSegment seg =
+        piece ? fwd_tail_segment_of_slot(tp.tail, tp.total_tiles, t) : FwdTailSegment{t, 0, 0};
+    const FwdWorkTile w = fwd_work_tile(tp, seg.tile);
     TileSpan sp;
     sp.head = w.head;
     sp.batch = w.batch;
@@ -141,9 +145,12 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       const int tile_end = keys.end > keys.begin ? (keys.end + BN - 1) / BN : sp.tile_begin;
       sp.n_tiles = tile_end - sp.tile_begin;
     }
+    sp.piece_slot = piece ? t : -1;
+    if (piece) sp.tile_begin += seg.step_begin, sp.n_tiles = seg.steps;  // unmasked: all steps
     return sp;
   };
   const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int items = fwd_tail_items(tp.tail, tp.total_tiles);
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -211,9 +218,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     // OStaging::last_k: bit s of o_state = stage s holds a work tile's staged O until o_read(s)
     // completes the phase whose parity is bit 8 + s (one register: the producer has 24).
     uint32_t o_state = 0;
-    for (int t = first_tile, n = 0;; ++n) {
+    for (int t = fwd_tail_slot_of_item(tp.tail, tp.total_tiles, first_tile), n = 0;; ++n) {
       const int q_parity = (n & 1) ^ 1;  // empty_q: a consumer is done with its previous Q
-      if (t >= tp.total_tiles) {
+      if (t < 0) {
 #pragma unroll
         for (int c = 0; c < WG; ++c) {
           mbar_wait(empty_q(c), q_parity);
@@ -311,9 +318,13 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       // within kStages K/V tiles of its end), not when it starts: a block that took its
       // next tile at the start held it through a long causal tile while blocks that
       // finished short ones found the counter further on (the grid then ended unevenly).
-      if (leader)
-        t = tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x)
-                            : tp.total_tiles;
+      if (fwd_tail_has_second(tp.tail, tp.total_tiles, t)) {
+        ++t;  // a range's second segment follows its first
+      } else if (leader) {
+        const int item =
+            tp.tile_counter ? atomicAdd(tp.tile_counter, 1) + static_cast<int>(gridDim.x) : items;
+        t = item < items ? fwd_tail_slot_of_item(tp.tail, tp.total_tiles, item) : -1;
+      }
       if (paged) t = __shfl_sync(0xffffffffu, t, 0);
     }
     // Every block stops after taking an index past the last tile; once all have, the
@@ -691,12 +702,23 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     }
 
     // ---- normalise, store O and lse ------------------------------------------------------------
+#pragma unroll
+    for (float& l : row_sum) l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's partial sums
+#pragma unroll
+    for (float& l : row_sum) l += __shfl_xor_sync(0xffffffffu, l, 2);
+    // A segment of the split tail leaves its partial; the tile's last segment merges them all
+    // and finishes the tile, the others hand the last K stage back (as an idle consumer).
+    if (sp.piece_slot >= 0 &&
+        !fwd_tail_merge<OT>(tp.tail, tp.total_tiles, sp.piece_slot, c, WG, kConsumerBarrier0 + c,
+                            acc_flat, row_max, row_sum, mult, &tail_last[c])) {
+      if (kOInK && ct == 0) mbar_arrive(o_read(stage_of(n_tiles - 1)));
+      ring_base += n_tiles;
+      continue;
+    }
     float inv[2];  // 1 / row sum of this lane's two rows
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float l = row_sum[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = row_sum[h];
       inv[h] = l == 0.f ? 0.f : 1.f / l;  // rows that see no key: o = 0
       const int row = row0 + 8 * h;
       if (p.lse != nullptr && tig == 0 && row < mask.seqlen_q)
@@ -705,12 +727,10 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const auto o_pair = [&](int nt, int h) {  // columns 8nt + 2tig, +1 of row row0 + 8h
       return pack2<T>(acc_o[0][nt][2 * h] * inv[h], acc_o[0][nt][2 * h + 1] * inv[h]);
     };
-    // Staged (Dv::kOStaging): this consumer's 64 x D block of O goes to shared memory in
-    // 64-column atoms (stmatrix, in the loads' 128-byte swizzle), kOPassAtoms at a time, and
-    // leaves in one TMA store per atom from thread 0, which drops the rows past the sequence
-    // and the columns past head_dim_v. The direct stores (below: 16 four-byte stores of 8
-    // scattered rows per thread and atom) took ~3400 cycles of the D 128 consumers' time per
-    // work tile, about one K/V step; staged, ~1500 (clock trace, bench/RESULTS.md, session 27).
+    // Staged (Dv::kOStaging): this consumer's 64 x D block of O goes to shared memory in 64-column
+    // atoms (stmatrix, in the loads' swizzle), kOPassAtoms at a time, and leaves in one TMA store
+    // per atom from thread 0 (rows past the sequence, columns past head_dim_v dropped). Direct
+    // stores (store_o_rows) took ~3400 cycles a D 128 work tile, staged ~1500 (session 27).
     const auto stage_o = [&](uint32_t sO) {
       uint32_t packed[OT][2];  // before any wait: the conversions need no shared memory
 #pragma unroll
@@ -766,29 +786,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
         staged = true;
       }
     }
-    if (!staged) {
-      // When head_dim_v fills the tile (the usual case) the columns need no test: the stores
-      // take immediate offsets from one row address (a test per store, with the row address
-      // rebuilt for each, made this epilogue ~5 % of a causal 4k forward's samples, ncu).
-      const bool full_width = p.head_dim_v == D;
-      T* o = static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] + tig * 2;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 8 * h;
-        if (row >= mask.seqlen_q) continue;
-        T* orow = o + (int64_t)row * p.o_stride[1];
-        if (full_width) {
-#pragma unroll
-          for (int nt = 0; nt < OT; ++nt)
-            *reinterpret_cast<uint32_t*>(orow + nt * 8) = o_pair(nt, h);
-        } else {
-#pragma unroll
-          for (int nt = 0; nt < OT; ++nt)  // head_dim_v is a multiple of 8: col + 1 fits too
-            if (nt * 8 + tig * 2 < p.head_dim_v)
-              *reinterpret_cast<uint32_t*>(orow + nt * 8) = o_pair(nt, h);
-        }
-      }
-    }
+    if (!staged)
+      store_o_rows<OT>(static_cast<T*>(p.o) + sp.seq.o + sp.head * p.o_stride[2] + tig * 2,
+                       p.o_stride[1], row0, mask.seqlen_q, p.head_dim_v, tig, o_pair);
     clk.mark(kFwdPhEpilogue);
     ring_base += n_tiles;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "device_buffers.hpp"
 #include "fwd_wgmma_kernel.cuh"
 
 namespace flash::cuda {
@@ -110,6 +111,22 @@ void launch_fwd_wgmma(const FwdParams& params, int batch, cudaStream_t stream) {
     const dim3 grid = tp.tile_counter
                           ? dim3(std::min(tp.total_tiles, std::max(1, params.persistent_blocks)))
                           : dim3(num_qblocks, params.heads_q, n);
+    // The split tail (fwd_tail_split.cuh): unmasked dense tiles all take ceil(keys / BN) steps.
+    tp.tail = FwdTailSplit{};
+    LockedBuffer partials;
+    if (tp.tile_counter && !sequences && !params.mask.bounded && params.tail_split > 0 &&
+        params.mask.seqlen_kv > 0) {
+      tp.tail = fwd_tail_plan(tp.total_tiles, (params.mask.seqlen_kv + C::kBlockN - 1) / C::kBlockN,
+                              static_cast<int>(grid.x), params.tail_split == 2);
+      static_assert(Dv::kConsumers <= kFwdTailMaxConsumers, "the tail counters' region");
+      if (tp.tail.ranges > 0) {
+        partials = lock_device_buffer(
+            stream, BufferPurpose::workspace,
+            fwd_tail_partials_bytes(tp.tail, tp.total_tiles, Dv::kConsumers, C::kDim));
+        tp.tail.partials = static_cast<float4*>(partials.ptr);
+        tp.tail.counts = params.tail_counts;
+      }
+    }
     phase_trace_before_launch(stream);
     kernel<<<grid, Dv::kThreads, Dv::kSmemBytes, stream>>>(tp);
     phase_trace_after_launch(stream, C::kName, kFwdTraceRoleNames, kFwdTracePhaseNames);

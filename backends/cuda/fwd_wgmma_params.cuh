@@ -7,6 +7,7 @@
 
 #include <cuda.h>  // CUtensorMap
 
+#include "fwd_tail_split.cuh"
 #include "kernel_params.hpp"
 #include "phase_trace.cuh"
 #include "work_tile_order.cuh"
@@ -26,6 +27,10 @@ struct FwdTmaParams {
   // block resets it).
   int num_qblocks, total_tiles;
   int* tile_counter;  // [0]: tiles taken past the first wave, [1]: blocks done
+  // The persistent grid's last partial round of unmasked dense tiles cut into one key range
+  // per block (fwd_tail_split.cuh; ranges = 0: none). The counter then hands out
+  // fwd_tail_items items.
+  FwdTailSplit tail;
   // Causal / banded masks: (head, sequence) pairs per L2 section and in the longest-first
   // tail (work_tile_slot).
   int section_pairs, tail_pairs;

@@ -52,6 +52,12 @@ struct FwdParams {
   // launches) and the blocks to launch (one per SM); null: one block per work tile.
   int* tile_counter;
   int persistent_blocks;
+  // On it, unmasked dense problems whose tiles end in a partial round split that round into
+  // key ranges (fwd_tail_split.cuh): 0 never, 1 where fwd_tail_plan's limits say it pays, 2
+  // wherever a range gets a step (tests). The split's per-tile counters:
+  // fwd_tail_max_counts(persistent_blocks) ints of the counter buffer.
+  int tail_split;
+  int* tail_counts;
   // Packed batches on it: 3 x 128 bytes of device memory where the q, k and v tensor maps
   // are written with their row extents set on the device (fwd_patch_packed_maps).
   void* packed_maps;

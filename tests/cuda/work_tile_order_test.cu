@@ -1,12 +1,14 @@
 // ctest cuda_work_tile_order (host only, no GPU): every order work_tile_slot gives is a
 // permutation of the tiles, causal / banded orders start the longest query blocks of
 // each L2 section first, the longest-first tail follows the sections, and
-// work_tile_section_pairs / work_tile_tail_pairs size the sections and the tail. The device
+// work_tile_section_pairs / work_tile_tail_pairs size the sections and the tail; the split
+// tail (fwd_tail_split.cuh) covers every step of its tiles once. The device
 // suite runs small problems, whose pairs all fit one section: the multi-section orders
 // (and a short last section) are checked here.
 #include <cstdio>
 #include <vector>
 
+#include "fwd_tail_split.cuh"
 #include "work_tile_order.cuh"
 
 namespace {
@@ -60,6 +62,78 @@ void check(int qblocks, int pairs, bool bounded, int section, int tail) {
            section, tail, i);
 }
 
+// The split tail (fwd_tail_split.cuh) of `total` tiles of `steps` steps on `blocks` blocks:
+// the items enumerate the whole tiles once and then the ranges; every step of every split tile
+// lies in exactly one segment, in order; a range has one or two segments (the second at the
+// start of the next tile); fwd_tail_pieces names each tile's segments; the partial indices
+// are unique and below the buffer's count.
+void check_tail(int total, int steps, int blocks, bool forced) {
+  using namespace flash::cuda;
+  const FwdTailSplit s = fwd_tail_plan(total, steps, blocks, forced);
+  const int rest = total % blocks;
+  const int64_t range_steps = forced ? 1 : kFwdTailMinRangeSteps;
+  const bool want =
+      total >= blocks && rest > 0 && steps >= 2 &&
+      static_cast<int64_t>(rest) * steps >= blocks * range_steps &&
+      (forced || static_cast<int64_t>(blocks - rest) * steps >= blocks * kFwdTailMinSavedSteps);
+  char what[96];
+  std::snprintf(what, sizeof what, "tail total %d steps %d blocks %d forced %d", total, steps,
+                blocks, forced);
+  if ((s.ranges > 0) != want) {
+    ++failures;
+    std::printf("FAIL %s: split %d, want %d\n", what, s.ranges > 0, want);
+    return;
+  }
+  const int items = fwd_tail_items(s, total);
+  if (s.ranges == 0) {
+    if (items != total) ++failures, std::printf("FAIL %s: items %d\n", what, items);
+    return;
+  }
+  const int split = total - s.first;
+  std::vector<int> covered(static_cast<size_t>(split) * steps, 0);
+  std::vector<int> parts(static_cast<size_t>(s.ranges + split), 0);
+  std::vector<std::vector<int>> pieces_of(static_cast<size_t>(split));
+  for (int item = 0; item < items; ++item) {
+    const int slot = fwd_tail_slot_of_item(s, total, item);
+    if (item < s.first) {
+      if (slot != item) ++failures, std::printf("FAIL %s: whole item %d\n", what, item);
+      continue;
+    }
+    for (int k = 0; k < 2; ++k) {
+      const int j = (slot - total) / 2;
+      const FwdTailSegment seg = fwd_tail_segment(s, total, j, k);
+      if (seg.steps == 0) {
+        if (k == 0) ++failures, std::printf("FAIL %s: range %d empty\n", what, j);
+        continue;
+      }
+      const bool in_range = seg.tile >= s.first && seg.tile < total && seg.step_begin >= 0 &&
+                            seg.step_begin + seg.steps <= steps && (k == 0 || seg.step_begin == 0);
+      if (!in_range) {
+        ++failures, std::printf("FAIL %s: range %d segment %d out of range\n", what, j, k);
+        continue;
+      }
+      for (int u = seg.step_begin; u < seg.step_begin + seg.steps; ++u)
+        ++covered[static_cast<size_t>(seg.tile - s.first) * steps + u];
+      ++parts[static_cast<size_t>(fwd_tail_part_index(s, j, seg.tile))];
+      pieces_of[static_cast<size_t>(seg.tile - s.first)].push_back(j);
+    }
+  }
+  for (size_t u = 0; u < covered.size(); ++u)
+    if (covered[u] != 1)
+      ++failures, std::printf("FAIL %s: step %zu covered %d\n", what, u, covered[u]);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i] > 1) ++failures, std::printf("FAIL %s: partial %zu shared\n", what, i);
+  for (int a = 0; a < split; ++a) {
+    const FwdTailPieces p = fwd_tail_pieces(s, total, s.first + a);
+    const std::vector<int>& got = pieces_of[static_cast<size_t>(a)];
+    bool ok = p.count == static_cast<int>(got.size());
+    for (int q = 0; ok && q < p.count; ++q) ok = got[static_cast<size_t>(q)] == p.j_first + q;
+    ok = ok && p.first_is_second_segment ==
+                   (fwd_tail_range_start(s, total, p.j_first) < static_cast<int64_t>(a) * steps);
+    if (!ok) ++failures, std::printf("FAIL %s: pieces of split tile %d\n", what, a);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -93,6 +167,28 @@ int main() {
   expect_pairs(work_tile_tail_pairs(128, 16, 132), 4, "tail at 16k");
   expect_pairs(work_tile_tail_pairs(32, 8, 132), 8, "tail of all pairs");
   expect_pairs(work_tile_tail_pairs(1, 1000, 132), 396, "tail of single tiles");
-  std::printf("%d orders checked, %d failures\n", cases, failures);
+  // The split tail: FlashAttention's D 128 shapes on 132 SMs (2048 tiles of 22 / 86 steps),
+  // the tests' grids of two and three blocks, and small odd cuts.
+  int tails = 0;
+  for (int blocks : {2, 3, 5, 7, 132})
+    for (int total : {1, 2, 3, 4, 5, 8, 13, 137, 2048, 2111})
+      for (int steps : {1, 2, 3, 6, 8, 22, 86})
+        for (bool forced : {true, false}) {
+          check_tail(total, steps, blocks, forced);
+          ++tails;
+        }
+  // FlashAttention's shapes on 132 SMs: D 256 1k (1024 tiles of 13 steps) and D 128 4k (2048
+  // of 22) take no split, D 128 16k (2048 of 86) and D 64 4k (2816 of 32) do.
+  using flash::cuda::fwd_tail_plan;
+  const bool d256_1k = fwd_tail_plan(1024, 13, 132, false).ranges > 0;
+  const bool d128_4k = fwd_tail_plan(2048, 22, 132, false).ranges > 0;
+  const bool d128_16k = fwd_tail_plan(2048, 86, 132, false).ranges > 0;
+  const bool d64_4k = fwd_tail_plan(2816, 32, 132, false).ranges > 0;
+  if (d256_1k || d128_4k || !d128_16k || !d64_4k) {
+    ++failures;
+    std::printf("FAIL tail plans at the benchmark shapes: %d %d %d %d\n", d256_1k, d128_4k,
+                d128_16k, d64_4k);
+  }
+  std::printf("%d orders and %d tail splits checked, %d failures\n", cases, tails, failures);
   return failures == 0 ? 0 : 1;
 }

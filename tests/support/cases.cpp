@@ -62,6 +62,12 @@ const std::vector<Case>& forward_cases() {
       // DeepSeek's head dims (192 / 128) with 58 keys past one 112-key tile (the 192 tile's
       // narrow last tile).
       {"s130x170_d192_dv128_gqa2", 1, 130, 170, 4, 2, 192, 128},
+      // Five unmasked work tiles of 1000 keys: on a grid of three blocks (the cross-backend
+      // test's second cuda run) the Hopper forward splits the last two into three key ranges,
+      // the middle one crossing from one tile into the next (fwd_tail_split.cuh): MQA at
+      // D 128 (6 K/V steps of 192 keys), five sequences at D 64 (8 steps of 128).
+      {"s100x1000_d128_mqa5", 1, 100, 1000, 5, 1, 128, 128},
+      {"s100x1000_d64_b5", 5, 100, 1000, 1, 1, 64, 64},
   };
   return cases;
 }
