@@ -37,12 +37,12 @@
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
 // Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process):
-// of cuDNN at S >= 4k 0.94-1.18 (session 27); D 128 non-causal (session 34) 4k 0.97 / 0.98
-// bf16 / f16, 8k 1.01, 16k 1.03; 1.1-2.8x torch's FlashAttention-2. The split tail (the last
-// partial round of unmasked tiles as one key range per block, fwd_tail_split.cuh) +1-2 % at
-// 8k / 16k, none at 4k. What changed what (ping-pong four times neutral, a tile's last P·V
-// carried into the next one 1-8 % slower, FMA-pipe exponents 4-18 % slower, K/V multicast to
-// block pairs neutral, S in two parts serialised by ptxas, ...): bench/RESULTS.md.
+// of cuDNN at S >= 4k 0.93-1.21 (session 34); D 128 non-causal 4k 0.98 / 0.97 bf16 / f16, 16k
+// 1.03; 1.1-3.0x torch's FlashAttention-2. The split tail (the last partial round of unmasked
+// tiles as one key range per block, fwd_tail_split.cuh) +2-7 % at 16k, taken where it pays.
+// What changed what (ping-pong four times neutral, a tile's last P·V carried into the next one
+// 1-8 % slower, FMA-pipe exponents 4-18 % slower, K/V multicast to block pairs neutral, S in
+// two parts serialised by ptxas, ...): bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
