@@ -13,9 +13,10 @@ the per-round ratio.
       python3 bench/interleaved_torch.py --dtype bf16 f16 --head-dim 64 128 256 \\
           --seqlen 1024 4096 16384 --torch flash cudnn [--backward [--atomic]]
 
---ours-env VAR=VALUE ... adds ours with that environment variable set (e.g. an A/B switch of
-the cuda backend, read on every call) to the rotation, as `ours[VAR=VALUE]`, with its speed
-over plain ours (median per-round ratio) beside the torch ratios: an A/B in one process.
+--ours-env VAR=VALUE[,VAR2=VALUE2] ... adds ours with those environment variables set (e.g.
+A/B switches of the cuda backend, read on every call) to the rotation, as `ours[VAR=VALUE]`,
+with its speed over plain ours (median per-round ratio) beside the torch ratios: an A/B in one
+process.
 
 Shapes: FlashAttention's benchmark (batch * seqlen = 16384 tokens, heads * head_dim =
 2048). Ours takes [B, S, H, D] tensors, torch [B, H, S, D] (each library's native layout,
@@ -89,17 +90,19 @@ def problem_calls(args, dtype, d, s, heads, causal):
 
 
 def with_env(spec, fn):
-    """fn() with the environment variable of spec ("VAR=VALUE") set, restored after."""
-    var, value = spec.split("=", 1)
-    before = os.environ.get(var)
-    os.environ[var] = value
+    """fn() with the environment variables of spec ("VAR=VALUE[,VAR2=VALUE2...]") set,
+    restored after."""
+    pairs = [item.split("=", 1) for item in spec.split(",")]
+    before = {var: os.environ.get(var) for var, _ in pairs}
+    os.environ.update(dict(pairs))
     try:
         return fn()
     finally:
-        if before is None:
-            del os.environ[var]
-        else:
-            os.environ[var] = before
+        for var, value in before.items():
+            if value is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = value
 
 
 def first_output(result):
@@ -182,8 +185,8 @@ def main():
     p.add_argument("--heads", type=int, nargs="+", default=[0],
                    help="head counts instead of FlashAttention's 2048 / D (0: theirs); e.g. "
                         "to see a persistent grid's last-wave fill: 16 vs 33 heads")
-    p.add_argument("--ours-env", nargs="+", default=[], metavar="VAR=VALUE",
-                   help="also time ours with this environment variable set (A/B switches)")
+    p.add_argument("--ours-env", nargs="+", default=[], metavar="VAR=VALUE[,VAR=VALUE]",
+                   help="also time ours with these environment variables set (A/B switches)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=10, help="calls per timing")
     p.add_argument("--sustained", type=float, default=0.0,

@@ -155,6 +155,8 @@ void check_inference_flags() {
       {{"--seqlens-kv", "3,4", "--tokens", "100"}, "--tokens cannot size the batch"},
       {{"--paged", "16", "--backward"}, "--paged is forward-only"},
       {{"--seqlens-kv", "16", "--backward"}, "--seqlens-kv is forward-only"},
+      {{"--pages", "random", "--paged", "16"}, "--pages: 'random' is not shuffled or in-order"},
+      {{"--pages", "in-order"}, "--pages in-order needs --paged"},
   };
   for (const auto& [args, message] : bad) {
     const std::string got = parse_error(args);
@@ -179,6 +181,11 @@ void check_problems() {
   for (size_t i = 0; permutation && i < ids.size(); ++i) permutation = ids[i] == int32_t(i);
   expect(permutation && paged.block_table != ids, "block table: shuffled page ids, each once");
   expect(bench::key_row(d, 1, 70) == paged.block_table[16 + 1] * 64 + 6, "key row via its page");
+  const bench::Problem in_order =
+      compare::make_problem(parse({"--seqlen-q", "1", "--seqlen-kv", "1000", "--batch", "3",
+                                   "--paged", "64", "--pages", "in-order"}),
+                            1);
+  expect(in_order.block_table == ids, "--pages in-order: page j of sequence b is b * 16 + j");
   expect(bench::kv_rows(d) == 48 * 64, "k/v rows = the page pool");
   // Bytes read: the 1000 keys of each sequence, not the 1024 rows of its pages.
   expect(bench::kv_bytes_read(d) == 3.0 * 1000 * 8 * (64 + 64) * 4, "K+V bytes of a decode");

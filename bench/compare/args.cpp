@@ -49,6 +49,11 @@ inference (packed batches, KV caches, decode):
   --paged PAGE                K/V in a paged cache of PAGE keys a page: k/v are
                               [num_pages, PAGE, Hkv, D], pages_per_seq =
                               ceil(seqlen-kv / PAGE), the pages shuffled
+  --pages shuffled|in-order   the block table's page order (default shuffled: a
+                              pool's pages in no order; in-order: sequence b's page
+                              j is page b * pages_per_seq + j, a contiguous cache's
+                              layout, to tell the page lookups' cost from memory
+                              locality)
   --seqlens-kv L1,L2,...      cache lengths, one per sequence (batch = their count):
                               sequence b sees the first Lb of its --seqlen-kv rows
                               (default --seqlen-kv: the longest Lb)
@@ -153,6 +158,8 @@ void check_inference_flags(const Options& o, bool seqlen_given) {
         throw std::invalid_argument("--seqlens-kv: length " + std::to_string(n) +
                                     " exceeds --seqlen-kv " + std::to_string(o.seqlen_kv) +
                                     " (the cache's capacity)");
+  if (o.pages_in_order && o.page_size == 0)
+    throw std::invalid_argument("--pages in-order needs --paged (a block table to order)");
   if (o.backward && (o.page_size > 0 || !o.seqlens_kv.empty()))
     throw std::invalid_argument(
         std::string(o.page_size > 0 ? "--paged" : "--seqlens-kv") +
@@ -209,6 +216,12 @@ Options parse_args(int argc, char** argv) {
          if (o.page_size < 1)
            throw std::invalid_argument("--paged: " + v +
                                        " is not a page size (keys a page holds, at least 1)");
+       }},
+      {"--pages",
+       [&](const std::string& v) {
+         if (v != "shuffled" && v != "in-order")
+           throw std::invalid_argument("--pages: '" + v + "' is not shuffled or in-order");
+         o.pages_in_order = v == "in-order";
        }},
       {"--seqlens-kv",
        [&](const std::string& v) { o.seqlens_kv = parse_lengths("--seqlens-kv", v); }},

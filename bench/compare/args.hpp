@@ -22,6 +22,7 @@ struct Options {
   bool backward = false;
   // Inference problems (see --help): 0 / empty = off.
   int64_t page_size = 0;            // --paged: K/V in a paged cache of this page size
+  bool pages_in_order = false;      // --pages in-order: block table b * pages_per_seq + j
   std::vector<int64_t> seqlens_kv;  // --seqlens-kv: cache length of each sequence
   std::vector<int64_t> varlen;      // --varlen: lengths of a packed batch's sequences
   // Decode-style rows: K+V GB/s beside a device copy of as many bytes, measured in the

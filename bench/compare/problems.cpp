@@ -57,6 +57,8 @@ bench::Problem make_problem(const Options& o, int64_t seqlen) {
     d.pages_per_seq = std::max<int64_t>(1, (d.seqlen_kv + o.page_size - 1) / o.page_size);
     d.num_pages = d.batch * d.pages_per_seq;
     p.block_table = bench::shuffled_pages(d.num_pages, o.seed);
+    if (o.pages_in_order)
+      for (size_t i = 0; i < p.block_table.size(); ++i) p.block_table[i] = static_cast<int32_t>(i);
   }
   return p;
 }
