@@ -133,16 +133,25 @@ TEST_P(Backward, MatchesReference) {
   const auto& [target, index, dtype] = GetParam();
   if (!target.available) GTEST_SKIP() << target.label << " unavailable: " << target.reason;
   const Prepared& in = prepare(backward_cases()[index], dtype, true);
-  // cuda runs each case twice: with its default key-block dispatch order and with
-  // FLASH_CUDA_BWD_HEAVY_FIRST=0 (under a mask band the ordered dQ adds then meet blocks
-  // dispatched in the other order: the suite's problems are small enough for the default
-  // to take the heaviest-first one). Other backends ignore the variable.
-  const std::vector<const char*> orders = target.backend == Backend::cuda
-                                              ? std::vector<const char*>{nullptr, "0"}
-                                              : std::vector<const char*>{nullptr};
-  for (const char* order : orders) {
-    SCOPED_TRACE(order ? "FLASH_CUDA_BWD_HEAVY_FIRST=0" : "default dispatch order");
-    ScopedEnv heavy_first("FLASH_CUDA_BWD_HEAVY_FIRST", order);
+  // cuda runs each case three times: with its default key-block dispatch order (the suite's
+  // problems are small enough for one group a head, each head's key blocks first one
+  // first), with FLASH_CUDA_BWD_HEAVY_FIRST=0 (last one first) and with
+  // FLASH_CUDA_BWD_DQ_GROUP=2 (groups of two key blocks, heads interleaved per group, as a
+  // head of more than sms / 2 key blocks runs): under a mask band the ordered dQ adds meet
+  // blocks dispatched in each order. Other backends ignore the variables.
+  struct Order {
+    const char *heavy_first, *group;
+  };
+  const std::vector<Order> orders =
+      target.backend == Backend::cuda
+          ? std::vector<Order>{{nullptr, nullptr}, {"0", nullptr}, {nullptr, "2"}}
+          : std::vector<Order>{{nullptr, nullptr}};
+  for (const Order& order : orders) {
+    SCOPED_TRACE(order.heavy_first ? "FLASH_CUDA_BWD_HEAVY_FIRST=0"
+                 : order.group     ? "FLASH_CUDA_BWD_DQ_GROUP=2"
+                                   : "default dispatch order");
+    ScopedEnv heavy_first("FLASH_CUDA_BWD_HEAVY_FIRST", order.heavy_first);
+    ScopedEnv group("FLASH_CUDA_BWD_DQ_GROUP", order.group);
     HostTensor dq = in.q, dk = in.k, dv = in.v;
     dq.poison();
     dk.poison();

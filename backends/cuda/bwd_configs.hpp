@@ -276,19 +276,32 @@ auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything els
                       : fn(BwdWgmmaConfig<256>{});
 }
 
-// Ordered wgmma backward under a mask band: dispatch each head's key blocks heaviest first
-// (kernel_params.hpp, dq_heavy_first) when a head has at most sms / 2 of them (other
-// streams' kernels may hold SMs) and a key block spans at least two query tiles, so that
-// the next key block, dispatched after it, walks two steps ahead of it (at D 256 the key
-// blocks span one tile and heaviest-first measured 6-12 % slower, bench/RESULTS.md, session
-// 30); FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the lightest first (A/B).
-inline bool bwd_heavy_first(int dim, int64_t key_blocks, int sms) {
+// Ordered wgmma backward under a mask band: the key-block groups of the dispatch order
+// (kernel_params.hpp, dq_group), heaviest first inside each, when a key block spans at
+// least two query tiles, so that the next key block, dispatched after it, walks two steps
+// ahead of it (at D 256 the key blocks span one tile and heaviest-first measured 6-12 %
+// slower, bench/RESULTS.md, session 30). A head's key blocks are cut into equal groups of at
+// most kBwdDqGroupKeyBlocks, never more than sms / 2 (other streams' kernels may hold SMs;
+// the no-cycle argument needs a group resident at once). H200, session 35, bf16 causal,
+// in one process (bench/RESULTS.md): at 16k (128 key blocks a head) groups of 32 ran 1-4 %
+// faster at D 128 than the last-first order that a head of more than sms / 2 key blocks
+// took before (D 64 -1 to +2 %; an A/A run reads +-2 %), groups of 64 no better than last-first;
+// at 8k (64 key blocks) the same as one group.
+// FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the last-first order (0), FLASH_CUDA_BWD_DQ_GROUP=<n>
+// caps the groups at n key blocks instead (tests: several groups on small problems; A/B).
+constexpr int kBwdDqGroupKeyBlocks = 32;
+inline int bwd_dq_group(int dim, int64_t key_blocks, int sms) {
   const bool off = flash::detail::env_switch("FLASH_CUDA_BWD_HEAVY_FIRST", {"0", "1"}) == "0";
+  const long long cap_env = flash::detail::env_positive_int("FLASH_CUDA_BWD_DQ_GROUP");
   const bool two_tiles = with_wgmma_config(dim, [](auto config) {
     using C = decltype(config);
     return C::kBlockKV >= 2 * C::kBlockQ;
   });
-  return !off && two_tiles && key_blocks <= sms / 2;
+  if (off || !two_tiles || key_blocks < 1) return 0;
+  const int64_t cap = std::max<int64_t>(
+      1, std::min<int64_t>(cap_env > 0 ? cap_env : kBwdDqGroupKeyBlocks, sms / 2));
+  const int64_t groups = (key_blocks + cap - 1) / cap;
+  return static_cast<int>((key_blocks + groups - 1) / groups);  // equal groups, the last <=
 }
 
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows

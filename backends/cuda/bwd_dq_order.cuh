@@ -4,14 +4,32 @@
 
 namespace flash::cuda {
 
+// Ordered mode under a mask band, key-block groups (kernel_params.hpp, dq_group): block x of
+// a grid of heads · n blocks (n key blocks a head, groups of `group`, the last one `tail`):
+// group g = 0, 1, ... holds key blocks [n − (g + 1)·group, n − g·group) (the last from 0),
+// every head's group g before any head's group g + 1, a group's key blocks from its first.
+// Host and device (tests/cuda/bwd_dispatch_order_test.cu checks the no-cycle property).
+struct BwdDispatchSlot {
+  int head, key_block;
+};
+__host__ __device__ inline BwdDispatchSlot bwd_group_slot(int x, int n, int group, int heads) {
+  const int groups = (n + group - 1) / group, tail = n - (groups - 1) * group;
+  const int whole = (groups - 1) * heads * group;  // blocks of the full groups
+  const int g = x < whole ? x / (heads * group) : groups - 1;
+  const int size = x < whole ? group : tail, offset = x - g * heads * group;
+  return {offset / size, (g == groups - 1 ? 0 : n - (g + 1) * group) + offset % size};
+}
+
 // Adds into query tile t happen in a fixed order: block j waits until the tile's counter
 // equals its rank among the key blocks that see t, adds, and after the add has completed
 // increments the counter. Two orders:
 //  - key-block order (mask band: causal or window, p.walk_up): every block walks upward
 //    from its first query tile and the adds into a tile go from the highest key block that
-//    sees it down; the grid has the key block slowest and dispatches the last key block
-//    first, so a block waits only for higher-numbered blocks of its head, dispatched
-//    earlier (and arriving at the tile about two steps earlier under a causal mask);
+//    sees it down; the grid dispatches a head's last key block first, so a block waits only
+//    for higher-numbered blocks of its head, dispatched earlier (and arriving at the tile
+//    about two steps earlier under a causal mask), or in key-block groups (p.dq_group,
+//    kernel_params.hpp), where a block may also wait for the rest of its own group,
+//    dispatched right after it and resident beside it;
 //  - arrival order (no mask band, p.dq_rotate): the grid has the key block fastest (a
 //    head's blocks run side by side and share its tiles in L2) and a head has at most
 //    half as many key blocks as the GPU has SMs (all resident together); block i starts

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "bwd_configs.hpp"
+#include "bwd_dq_order.cuh"
 #include "device_ops.cuh"
 #include "kernel_params.hpp"
 #include "mask.cuh"
@@ -136,11 +137,16 @@ struct BwdBlock {
   __device__ __forceinline__ explicit BwdBlock(const BwdParams& p) {
     const FwdParams& f = p.f;
     const int bh_count = gridDim.x / p.dq_splits;
-    const int bh = p.grid_kv_fastest ? blockIdx.x / p.dq_splits : blockIdx.x % bh_count;
+    int bh = p.grid_kv_fastest ? blockIdx.x / p.dq_splits : blockIdx.x % bh_count;
     const int i = p.grid_kv_fastest ? blockIdx.x % p.dq_splits : blockIdx.x / bh_count;
-    // Ordered mode under a mask band: the last key block first unless dq_heavy_first
-    // (kernel_params.hpp, walk_up).
-    split = p.walk_up && p.dq_ordered && !p.dq_heavy_first ? p.dq_splits - 1 - i : i;
+    // Ordered mode under a mask band: the last key block first, or the key-block groups of
+    // dq_group (kernel_params.hpp, walk_up, dq_group).
+    split = p.walk_up && p.dq_ordered ? p.dq_splits - 1 - i : i;
+    if (p.walk_up && p.dq_ordered && p.dq_group > 0) {
+      const BwdDispatchSlot slot = bwd_group_slot(blockIdx.x, p.dq_splits, p.dq_group, bh_count);
+      bh = slot.head;
+      split = slot.key_block;
+    }
     kv_head = bh % p.heads_kv;
     batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
     const SequenceRows seq = sequence_rows(f, batch, 0);

@@ -118,6 +118,7 @@ void validate_switches() {
   (void)fwd_band_tile(flash_problem{}, false);
   (void)decode_cluster_mode();
   (void)decode_rows_mode();
+  (void)bwd_dq_group(64, 1, 2);
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -692,7 +693,7 @@ struct CudaBackend {
     b.dq_rotate = b.wgmma && !b.f.mask.bounded && plan.splits <= device.sms / 2 &&
                   !flash::detail::has_sequence_arrays(p);
     b.walk_up = b.wgmma && b.f.mask.bounded;
-    b.dq_heavy_first = b.walk_up && plan.ordered && bwd_heavy_first(dim, plan.splits, device.sms);
+    b.dq_group = b.walk_up && plan.ordered ? bwd_dq_group(dim, plan.splits, device.sms) : 0;
     float* const dq_slices_end = b.dq_accum + plan.slices * plan.slice_floats;
     b.dq_counters = reinterpret_cast<unsigned*>(dq_slices_end);
     // The dQ slices and the counters behind them start at zero (f32: none); in the ordered

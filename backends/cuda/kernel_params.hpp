@@ -110,14 +110,17 @@ struct BwdParams {
   // The atomic mode walks the same way (its dK, dV equal the ordered mode's bitwise) but
   // dispatches the first key block first (the longest walk under a causal mask).
   bool walk_up;
-  // Ordered mode under a mask band, at most sms / 2 key blocks per head of two query tiles
-  // each (D 64 / 128; bwd_configs.hpp, bwd_heavy_first): the grid dispatches
-  // a head's key blocks from the first (the longest walk under a causal mask) as the atomic
-  // mode does, so that no head's longest walks start last (the grid's tail). Its blocks
-  // then wait for lighter ones dispatched after them, but only within the head being
-  // dispatched, whose blocks all fit on the GPU beside the earlier heads' (which never
-  // wait for an undispatched block): no cycle (bwd_configs.hpp, bwd_heavy_first).
-  bool dq_heavy_first;
+  // Ordered mode under a mask band, key blocks of two query tiles each (D 64 / 128;
+  // bwd_configs.hpp, bwd_dq_group), dq_group > 0: a head's key blocks are dispatched in
+  // groups of at most dq_group (<= sms / 2, by default 32) consecutive key blocks, the groups from
+  // the last key blocks to the first, each group's blocks from its first (the longest walk under a
+  // causal mask), every head's group i before any head's group i + 1 (BwdBlock); dq_group >=
+  // dq_splits: one group, each head's key blocks first one first, as the atomic mode dispatches
+  // them. So the longest walks do not all start last (the grid's tail). A block waits for lighter
+  // ones dispatched after it only inside the group being dispatched, whose blocks all fit on the
+  // GPU beside the earlier groups' (which never wait for an undispatched block): no cycle. 0: each
+  // head's key blocks last one first.
+  int dq_group;
 };
 
 // Launchers. Each returns nothing and reports launch errors through cudaGetLastError.
