@@ -285,7 +285,7 @@ auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything els
 // the no-cycle argument needs a group resident at once). H200, session 35, bf16 causal,
 // in one process (bench/RESULTS.md): at 16k (128 key blocks a head) groups of 32 ran 1-4 %
 // faster at D 128 than the last-first order that a head of more than sms / 2 key blocks
-// took before (D 64 -1 to +2 %; an A/A run reads +-2 %), groups of 64 no better than last-first;
+// took before (D 64 -1 to +2 %; an A/A run reads +-2 %), groups of 64 within noise of 32;
 // at 8k (64 key blocks) the same as one group.
 // FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the last-first order (0), FLASH_CUDA_BWD_DQ_GROUP=<n>
 // caps the groups at n key blocks instead (tests: several groups on small problems; A/B).
