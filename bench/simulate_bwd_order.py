@@ -7,12 +7,14 @@ cycles plus a prologue and an epilogue (bwd_wgmma_kernel.cuh's phase trace, sess
 ~4000 / ~3400 cycles plain); a persistent grid would hide the shorter of the two between a
 block and the next on the same SM. Ordered-mode waits are not modelled. Prints, for
 FlashAttention's shapes (B*S = 16k tokens, H*D = 2048), ideal time / modelled time for:
-last-first (the ordered mode's order past sms / 2 key blocks a head), heaviest-first
-(bwd_heavy_first and the atomic mode), and longest-first over all heads (LPT, which the
+last-first (FLASH_CUDA_BWD_HEAVY_FIRST=0, and the ordered mode's order at D 256),
+groups (the ordered mode's default at D 64 / 128: bwd_configs.hpp's bwd_dq_group, equal
+groups of at most 32 key blocks, heaviest first inside a group, heads interleaved per
+group), heaviest-first (the atomic mode) and longest-first over all heads (LPT, which the
 ordered mode cannot take: a block would wait for blocks dispatched after it), each on the
 one-block-per-key-block grid and on a persistent one.
 
-  python3 bench/simulate_bwd_order.py [--sms 132] [--prologue 4000] [--epilogue 3400]
+  python3 bench/simulate_bwd_order.py [--sms 132] [--prologue 4000] [--epilogue 3400] [--group 32]
 """
 import argparse
 import heapq
@@ -39,6 +41,7 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--prologue", type=float, default=4000)
     ap.add_argument("--epilogue", type=float, default=3400)
+    ap.add_argument("--group", type=int, default=32, help="key blocks a group at most")
     a = ap.parse_args()
     for dim, bk, bq, step in CONFIGS:
         for s in (2048, 8192, 16384):
@@ -47,8 +50,13 @@ def main():
                 blocks = [(h, kb, s // bq - (kb * bk // bq if causal else 0))
                           for h in range(heads) for kb in range(s // bk)]
                 ideal = sum(n for _, _, n in blocks) * step / a.sms
+                kb_count = s // bk
+                groups = -(-kb_count // min(a.group, a.sms // 2))
+                size = -(-kb_count // groups)  # equal groups, the last one shorter
+                group_of = lambda kb: (kb_count - 1 - kb) // size  # from the last key blocks
                 orders = {
                     "last-first": sorted(blocks, key=lambda b: (b[0], -b[1])),
+                    "groups": sorted(blocks, key=lambda b: (group_of(b[1]), b[0], b[1])),
                     "heaviest-first": sorted(blocks, key=lambda b: (b[0], b[1])),
                     "LPT": sorted(blocks, key=lambda b: -b[2]),
                 }
