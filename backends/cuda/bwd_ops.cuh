@@ -137,16 +137,18 @@ struct BwdBlock {
   __device__ __forceinline__ explicit BwdBlock(const BwdParams& p) {
     const FwdParams& f = p.f;
     const int bh_count = gridDim.x / p.dq_splits;
-    int bh = p.grid_kv_fastest ? blockIdx.x / p.dq_splits : blockIdx.x % bh_count;
-    const int i = p.grid_kv_fastest ? blockIdx.x % p.dq_splits : blockIdx.x / bh_count;
-    // Ordered mode under a mask band: the last key block first, or the key-block groups of
-    // dq_group (kernel_params.hpp, walk_up, dq_group).
-    split = p.walk_up && p.dq_ordered ? p.dq_splits - 1 - i : i;
+    // Ordered mode under a mask band: the key-block groups of dq_group, or the last key block
+    // first (kernel_params.hpp, walk_up, dq_group).
+    BwdDispatchSlot slot;
     if (p.walk_up && p.dq_ordered && p.dq_group > 0) {
-      const BwdDispatchSlot slot = bwd_group_slot(blockIdx.x, p.dq_splits, p.dq_group, bh_count);
-      bh = slot.head;
-      split = slot.key_block;
+      slot = bwd_group_slot(blockIdx.x, p.dq_splits, p.dq_group, bh_count);
+    } else {
+      const int i = p.grid_kv_fastest ? blockIdx.x % p.dq_splits : blockIdx.x / bh_count;
+      slot.head = p.grid_kv_fastest ? blockIdx.x / p.dq_splits : blockIdx.x % bh_count;
+      slot.key_block = p.walk_up && p.dq_ordered ? p.dq_splits - 1 - i : i;
     }
+    const int bh = slot.head;
+    split = slot.key_block;
     kv_head = bh % p.heads_kv;
     batch = (int64_t)(bh / p.heads_kv) + f.batch_offset;
     const SequenceRows seq = sequence_rows(f, batch, 0);
