@@ -1,13 +1,14 @@
 // Maps the FLASH_CPU_TARGET names onto Highway's dispatch tables (HWY_EXPORT) of the
 // kernels compiled once per SIMD target (Highway foreach_target). Targets are set by the
 // CMake definitions HWY_COMPILE_ALL_ATTAINABLE and HWY_DISABLED_TARGETS: AVX-512
-// (AVX3), AVX2, SSE4 and the portable scalar target are always compiled, whatever
-// -march says. The kernels' per-target entry points are defined in translation units
-// of their own (targets_forward.cpp, targets_backward.cpp, targets_backward_fused.cpp,
-// targets_decode.cpp; declared in target_kernels-inl.h), so a parallel build compiles
-// them side by side: as one unit they were the longest compile of the tree (~80 s with
-// gcc -O3, ~11 min under clang's ASan + UBSan + fuzzer instrumentation in CI, all on
-// one core).
+// (AVX3), AVX2, SSE4 and the portable scalar target are compiled, whatever -march says,
+// unless FLASHATTN_HWY_DISABLED_TARGETS leaves one out (CI's sanitizer builds leave out
+// what their machine cannot run). The kernels' per-target entry points are defined in
+// translation units of their own (targets_forward.cpp, targets_backward.cpp,
+// targets_backward_fused.cpp, targets_decode.cpp; declared in target_kernels-inl.h), so a
+// parallel build compiles them side by side: as one unit they were the longest compile of
+// the tree (~80 s with gcc -O3, ~11 min under clang's ASan + UBSan + fuzzer instrumentation
+// in CI, all on one core).
 
 // Order matters: foreach_target.h re-includes this file once per target, before the
 // per-target headers below are first seen.
@@ -172,9 +173,18 @@ const TargetKernels& SelectTarget() {
       known = true;
       lacks = " (it lacks " + b.missing() + ")";
     }
-  for (const Named& n : kKnown) known = known || std::strcmp(n.name, env) == 0;
-  throw flash::Error(std::string("FLASH_CPU_TARGET='") + env + "' is " +
-                     (known ? "not supported by this CPU" + lacks : "not a known SIMD target") +
+  // A Highway target this CPU runs but the build left out (FLASHATTN_HWY_DISABLED_TARGETS).
+  bool not_compiled = false;
+  for (const Named& n : kKnown)
+    if (std::strcmp(n.name, env) == 0) {
+      known = true;
+      not_compiled = !(HWY_TARGETS & n.target) && (hwy::SupportedTargets() & n.target);
+    }
+  const std::string why = !known         ? "not a known SIMD target"
+                          : not_compiled ? "not compiled in this build (CMake "
+                                           "FLASHATTN_HWY_DISABLED_TARGETS)"
+                                         : "not supported by this CPU" + lacks;
+  throw flash::Error(std::string("FLASH_CPU_TARGET='") + env + "' is " + why +
                      "; valid values here: " + SupportedList());
 }
 
