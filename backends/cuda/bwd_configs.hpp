@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bwd_dq_order.cuh"
 #include "dispatch/env_switch.hpp"
 
 namespace flash::cuda {
@@ -300,8 +301,7 @@ inline int bwd_dq_group(int dim, int64_t key_blocks, int sms) {
   if (off || !two_tiles || key_blocks < 1) return 0;
   const int64_t cap = std::max<int64_t>(
       1, std::min<int64_t>(cap_env > 0 ? cap_env : kBwdDqGroupKeyBlocks, sms / 2));
-  const int64_t groups = (key_blocks + cap - 1) / cap;
-  return static_cast<int>((key_blocks + groups - 1) / groups);  // equal groups, the last <=
+  return bwd_equal_group(static_cast<int>(key_blocks), static_cast<int>(cap));
 }
 
 // f32 backward (SIMT FMA, no TF32): kRows rows per warp (query rows for dQ, key rows

@@ -12,6 +12,11 @@ namespace flash::cuda {
 struct BwdDispatchSlot {
   int head, key_block;
 };
+// The size of the equal groups (the last one no larger) that cut n >= 1 key blocks into
+// groups of at most cap >= 1 (bwd_configs.hpp, bwd_dq_group).
+__host__ __device__ constexpr int bwd_equal_group(int n, int cap) {
+  return (n + (n + cap - 1) / cap - 1) / ((n + cap - 1) / cap);
+}
 __host__ __device__ inline BwdDispatchSlot bwd_group_slot(int x, int n, int group, int heads) {
   const int groups = (n + group - 1) / group, tail = n - (groups - 1) * group;
   const int whole = (groups - 1) * heads * group;  // blocks of the full groups

@@ -59,8 +59,7 @@ int main() {
     for (int cap = 1; cap <= n + 1; ++cap)
       for (int heads : {1, 2, 3, 5}) {
         // bwd_dq_group: equal groups of at most cap key blocks.
-        const int groups = (n + cap - 1) / cap, group = (n + groups - 1) / groups;
-        check(n, group, heads);
+        check(n, flash::cuda::bwd_equal_group(n, cap), heads);
         ++cases;
       }
   // FlashAttention's causal 16k shapes on 132 SMs: 128 key blocks a head in four groups of
