@@ -46,9 +46,7 @@ struct BwdKvConfig;
 #if defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 2  // 64-query tiles
 #define FLASH_BWD_KV_TUNE_64 4, 1, 64, 2
 #define FLASH_BWD_KV_TUNE_128 8, 1, 64, 1
-#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false, false
-#elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 5  // serial wgmma order at D = 64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, false, true
+#define FLASH_BWD_WGMMA_TUNE_128 2, 32, 1, false
 #elif defined(FLASH_BWD_TUNE_SET) && FLASH_BWD_TUNE_SET == 3  // fewer blocks per SM
 #define FLASH_BWD_KV_TUNE_64 4, 1, 32, 3
 #define FLASH_BWD_KV_TUNE_128 4, 1, 32, 1
@@ -124,21 +122,24 @@ struct BwdKvDerived {
 };
 
 // sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64, 128 and 256 (other dims and sm_80:
-// the mma.sync kernel above): kWarpGroups warpgroups per
-// block own kBlockKV = 64·kWarpGroups keys (wgmma's m64 each; kSplitD: 64 shared keys); query tiles
-// of kBlockQ = 32 or 64 (dSᵀ rows of one 64- or 128-byte swizzle atom). kMinBlocks per SM caps the
+// the mma.sync kernel above): kWarpGroups warpgroups per block own kBlockKV = 64·kWarpGroups
+// keys (wgmma's m64 each; kSplitD: 64 shared keys); query tiles of kBlockQ rows (a multiple of
+// 16; dSᵀ tiles in 64-query panels, 32 in one 64-byte panel). kMinBlocks per SM caps the
 // registers (dK, dV: D/2 each per thread). Past D = 128 that is more than a thread has (kSplitD):
 // the warpgroups share 64 keys and split the columns of dK, dV (D/2 per warpgroup: D/4 registers
-// each) and the query columns of Sᵀ, dPᵀ; Pᵀ and dSᵀ go through shared tiles. kOverlap: step i−1's
-// dV/dK/dQᵀ products run while step i's element-wise phase does (Pᵀ/dSᵀ through shared tiles; a
-// third Q/dO stage: fits the shared memory with 64-query tiles at D = 64, not at D = 128). One more
+// each) and the query columns of Sᵀ, dPᵀ; Pᵀ and dSᵀ go through shared tiles. One more
 // warpgroup (after the MMA ones) hands each step's dQ partial to the copy engine, in turn in the
 // ordered mode, so that no MMA warp waits for another block's add. Registers are per warpgroup: it
 // gives its own away (setmaxnreg, kBwdDqWarpRegs) and the MMA warps get kBwdMmaRegs each (D = 128
 // then spills 28 bytes, 44 at 255 without it). Measured 2026-11-26 (H100, deterministic): +4-16 %
 // at D = 64, +0-5 % at D = 128 over thread 0 doing it.
+// Two configs per head dim: BwdWgmmaConfig for plain problems, BwdWgmmaSoftcapConfig for softcap
+// ones (the tanh takes registers and lengthens the element-wise phase), chosen together with
+// the kernel (with_wgmma_config).
 template <int kDim>
 struct BwdWgmmaConfig;
+template <int kDim>
+struct BwdWgmmaSoftcapConfig;
 // setmaxnreg budgets with the dQ warpgroup: the block (two MMA warpgroups and it) starts at
 // 65536 / 384 registers per thread, rounded down to 8; what the dQ warpgroup gives back is
 // exactly what the two MMA warpgroups take.
@@ -149,65 +150,63 @@ constexpr int kBwdLaunchRegs = 65536 / (3 * 128) / 8 * 8;
 constexpr int kBwdWgmmaMaxOwnKeysDim = 128;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
-#define FLASH_BWD_WGMMA_CONFIG(D, WG, BQ, MINB, OVERLAP, REGS)                            \
-  template <>                                                                             \
-  struct BwdWgmmaConfig<D> {                                                              \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                        \
-    static constexpr bool kSplitD = D > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */      \
-    static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                               \
-    static constexpr int kMinBlocks = MINB;                                               \
-    static constexpr bool kOverlap = OVERLAP;                                             \
-    /* REGS: register A operands where shared-memory bandwidth binds (see below) */       \
-    static constexpr bool kKvInRegs = REGS, kGradsInRegs = REGS && OVERLAP;               \
-    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */ \
-    static constexpr const char* kName =                                                  \
-        OVERLAP ? (REGS ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB "_overlap_rs"    \
-                        : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB "_overlap")      \
-                : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB;                         \
+#define FLASH_BWD_WGMMA_CONFIG(TEMPLATE, D, WG, BQ, MINB, REGS)                                 \
+  template <>                                                                                   \
+  struct TEMPLATE<D> {                                                                          \
+    static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                              \
+    static constexpr bool kSplitD = D > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */            \
+    static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                                     \
+    static constexpr int kMinBlocks = MINB;                                                     \
+    /* REGS: K / V rows as register A operands of Sᵀ / dPᵀ (see below) */                   \
+    static constexpr bool kKvInRegs = REGS;                                                     \
+    static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */       \
+    static constexpr const char* kName = REGS ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB  \
+                                                "_rs"                                           \
+                                              : "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB; \
   };
-// 2026-11-22 (H200, same call): 64-query tiles 1.16-1.25x over 32 (wider n64 products,
-// half the per-step barriers and dQ hand-overs per FLOP). D = 64: the overlapped order
-// measured 1.05x over the serial one (tune set 5); at D = 128 it needs 32-query tiles
-// (shared memory) and measured 0.8x.
-// REGS (D = 64): at n64 a product reading both operands from shared memory needs as many
-// bytes per cycle as shared memory delivers (4 KB per m64n64k16), so D = 64 was bound by
-// it: K and V rows stay in registers as the A operands of Sᵀ and dPᵀ (32 registers), and
-// step i−1's Pᵀ / dSᵀ feed dV / dK from registers (not with softcap: ptxas spills there).
-// Measured +3-7 % and then +0-2 % (H100, session 19, bench/RESULTS.md). D = 128 has no
-// registers for it (dK and dV alone take 128) and is not bound by shared memory.
+// Query tiles: 2026-11-22 (H200, same call) 64 rows 1.16-1.25x over 32 (wider n64 products,
+// half the per-step barriers and dQ hand-overs per FLOP). D = 64: 128 rows 1.06-1.12x over
+// 64 (session 37, H200: n128 Sᵀ / dPᵀ / dQᵀ products, half the steps; they replaced 64-row
+// tiles in an overlapped order, step i−1's dV / dK / dQᵀ under step i's element-wise phase,
+// with K / V and Pᵀ / dSᵀ register fragments, which no longer fit). D = 128: 80 rows
+// (FlashAttention-3's non-causal tile; one dQ staging tile) measured 1.04-1.21x slower than 64
+// (more spills, session 37); 128 rows do not fit the registers (dK and dV alone take 128).
+// REGS: at n64 a product reading both operands from shared memory needs as many bytes per
+// cycle as shared memory delivers (4 KB per m64n64k16): with 64-row tiles D = 64 was bound by
+// it and kept its K and V rows in registers (32 registers; +3-7 %, H100, session 19). Softcap
+// at D = 64 still runs that tile: on the 128-row one the tanh spills (300 bytes; 1.24-1.27x
+// slower, session 37). With 128-row tiles plain D = 64 spills too with them (1.55-1.65x).
 #ifndef FLASH_BWD_WGMMA_TUNE_64
-#define FLASH_BWD_WGMMA_TUNE_64 2, 64, 1, true, true
+#define FLASH_BWD_WGMMA_TUNE_64 2, 128, 1, false
+#endif
+#ifndef FLASH_BWD_WGMMA_SOFTCAP_TUNE_64
+#define FLASH_BWD_WGMMA_SOFTCAP_TUNE_64 2, 64, 1, true
 #endif
 #ifndef FLASH_BWD_WGMMA_TUNE_128
-#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false, false
+#define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
 #endif
 // D = 256 (kSplitD): 64 keys, 64-query tiles; the dQ staging tile lives in the step's Q / dO
 // stage once dK / dV have read it (BwdWgmmaLayout::kDqInStage: no room for both).
 #ifndef FLASH_BWD_WGMMA_TUNE_256
-#define FLASH_BWD_WGMMA_TUNE_256 2, 64, 1, false, false
+#define FLASH_BWD_WGMMA_TUNE_256 2, 64, 1, false
 #endif
-FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 64, FLASH_BWD_WGMMA_TUNE_64)
-FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 128, FLASH_BWD_WGMMA_TUNE_128)
-FLASH_BWD_CONFIG_X(FLASH_BWD_WGMMA_CONFIG, 256, FLASH_BWD_WGMMA_TUNE_256)
+#define FLASH_BWD_WGMMA_CONFIG_X(TEMPLATE, D, ...) FLASH_BWD_WGMMA_CONFIG(TEMPLATE, D, __VA_ARGS__)
+FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 64, FLASH_BWD_WGMMA_TUNE_64)
+FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 128, FLASH_BWD_WGMMA_TUNE_128)
+FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 256, FLASH_BWD_WGMMA_TUNE_256)
+FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaSoftcapConfig, 64, FLASH_BWD_WGMMA_SOFTCAP_TUNE_64)
+template <>
+struct BwdWgmmaSoftcapConfig<128> : BwdWgmmaConfig<128> {};
+template <>
+struct BwdWgmmaSoftcapConfig<256> : BwdWgmmaConfig<256> {};
+#undef FLASH_BWD_WGMMA_CONFIG_X
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
 
-// The config a softcap problem runs: C itself, or, where C takes the overlapped order
-// (D = 64), C in the serial (ping-pong) order, which runs softcap without turns: the tanh
-// lengthens the element-wise phase past the products it should hide, and the serial order
-// measured +10-12 % there (plain problems: -2-4 %; bench/RESULTS.md, session 30).
-template <class C, bool kOverlapped = C::kOverlap>
-struct BwdWgmmaSoftcapConfig : C {};
-template <class C>
-struct BwdWgmmaSoftcapConfig<C, true> : C {
-  static constexpr bool kOverlap = false, kGradsInRegs = false;
-};
-
 // Shared memory of the wgmma kernel (byte offsets from a 1024-aligned base): K, V (SW128
-// [D/64][BK rows][64]), kStages stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, kDsTiles
-// dSᵀ tiles (SW64 / SW128 [BK][BQ]), two dQ staging tiles [BQ][D + 4] f32; 1024 bytes of
-// alignment slack. The overlapped order reads step i−1's stage and dSᵀ tile while step i's
-// are in use and step i+1's stage loads: three stages, two dSᵀ tiles. kSplitD: Pᵀ tiles
+// [D/64][BK rows][64]), two stages of Q, dO (SW128 [D/64][BQ][64]) + lse, Δ, a dSᵀ tile
+// (SW64 [BK][32] or SW128 panels [BQ/64][BK][64]), two dQ staging tiles [BQ][D + 4] f32; 1024
+// bytes of alignment slack. kSplitD: Pᵀ tiles
 // too (both warpgroups read all 64 keys' Pᵀ), and the dQ staging tile of a step is its own
 // stage (kDqInStage: 64 x 260 floats = the stage's 65 KB), written once both warpgroups'
 // dK / dV products have read the stage; the stage loads again once the copy engine has read
@@ -218,13 +217,15 @@ struct BwdWgmmaLayout {
   static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
   // Serial order with its own keys (D = 128): the warpgroups take turns issuing their products
   // (ping-pong, bwd_wgmma_kernel.cuh) and meet on dSᵀ-tile mbarriers.
-  static constexpr bool kPingPong = !C::kOverlap && !C::kSplitD;
-  static constexpr int kStages = C::kOverlap ? 3 : 2, kDsTiles = C::kOverlap ? 2 : 1;
-  static constexpr bool kDqInStage = C::kSplitD, kHasPtTiles = C::kOverlap || C::kSplitD;
+  static constexpr bool kPingPong = !C::kSplitD;
+  static constexpr int kStages = 2, kDsTiles = 1;
+  static constexpr bool kDqInStage = C::kSplitD, kHasPtTiles = C::kSplitD;
   static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
-  static constexpr int kDs = kStage + kStages * kStageBytes, kDsBytes = BK * BQ * 2;
-  // Overlapped order and kSplitD: Pᵀ tiles too (dV reads Pᵀ from shared memory).
+  // dSᵀ / Pᵀ tiles: 64-query panels of BK rows x 128 bytes (the last one partly used).
+  static constexpr int kDsBytes = BQ == 32 ? BK * 64 : (BQ + 63) / 64 * BK * 128;
+  static constexpr int kDs = kStage + kStages * kStageBytes;
+  // kSplitD: Pᵀ tiles too (dV reads Pᵀ from shared memory).
   static constexpr int kPt = kDs + kDsTiles * kDsBytes;
   static constexpr int kDq = kPt + (kHasPtTiles ? kDsTiles * kDsBytes : 0);
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
@@ -243,10 +244,11 @@ struct BwdWgmmaLayout {
   static constexpr int kBars = kDq + (kDqInStage ? 0 : kDqStages * kDqTileBytes);
   static constexpr int kBarCount = 2 * kDqStages + 2 * kStages + (kPingPong ? 2 * kDsTiles : 0);
   static constexpr int kSmemBytes = kBars + kBarCount * 8 + 1024;
-  static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) && (BQ == 32 || BQ == 64),
-                "m64 per warpgroup; dSᵀ rows of one 64- or 128-byte swizzle atom");
+  static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) &&
+                    (BQ == 32 || (BQ % 16 == 0 && BQ <= 128)),
+                "m64 per warpgroup; dSᵀ tiles of 64- or 128-byte swizzle atoms");
   static_assert(
-      D % 64 == 0 && (D <= 128 || (C::kSplitD && !C::kOverlap && D % (64 * C::kWarpGroups) == 0)),
+      D % 64 == 0 && (D <= 128 || (C::kSplitD && D % (64 * C::kWarpGroups) == 0)),
       "whole 64-column atoms; dK + dV in registers (kSplitD: D/2 columns each, serial order)");
   static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0 && kDsBytes % 1024 == 0,
                 "swizzle bases");
@@ -269,9 +271,14 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
   return false;
 #endif
 }
-// Calls fn(BwdWgmmaConfig<dim>{}) for a head dim the wgmma kernel has (bwd_wgmma_usable).
+// Calls fn(config{}) with the config a problem of this head dim runs on the wgmma kernel
+// (bwd_wgmma_usable): BwdWgmmaSoftcapConfig<dim> with softcap, else BwdWgmmaConfig<dim>.
 template <class Fn>
-auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything else: 256)
+auto with_wgmma_config(int dim, bool softcap, Fn&& fn) {  // dim: 64, 128 or 256 (else 256)
+  if (softcap)
+    return dim == 64    ? fn(BwdWgmmaSoftcapConfig<64>{})
+           : dim == 128 ? fn(BwdWgmmaSoftcapConfig<128>{})
+                        : fn(BwdWgmmaSoftcapConfig<256>{});
   return dim == 64    ? fn(BwdWgmmaConfig<64>{})
          : dim == 128 ? fn(BwdWgmmaConfig<128>{})
                       : fn(BwdWgmmaConfig<256>{});
@@ -281,7 +288,7 @@ auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything els
 // (kernel_params.hpp, dq_group), heaviest first inside each, when a key block spans at
 // least two query tiles, so that the next key block, dispatched after it, walks two steps
 // ahead of it (at D 256 the key blocks span one tile and heaviest-first measured 6-12 %
-// slower, bench/RESULTS.md, session 30). A head's key blocks are cut into equal groups of at
+// slower, bench/RESULTS.md, session 30; so do D 64's on 128-query tiles). A head's key blocks are cut into equal groups of at
 // most kBwdDqGroupKeyBlocks, never more than sms / 2 (other streams' kernels may hold SMs;
 // the no-cycle argument needs a group resident at once). H200, session 35, bf16 causal,
 // in one process (bench/RESULTS.md): at 16k (128 key blocks a head) groups of 32 ran 1-4 %
@@ -291,10 +298,10 @@ auto with_wgmma_config(int dim, Fn&& fn) {  // dim: 64, 128 or 256 (anything els
 // FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the last-first order (0), FLASH_CUDA_BWD_DQ_GROUP=<n>
 // caps the groups at n key blocks instead (tests: several groups on small problems; A/B).
 constexpr int kBwdDqGroupKeyBlocks = 32;
-inline int bwd_dq_group(int dim, int64_t key_blocks, int sms) {
+inline int bwd_dq_group(int dim, bool softcap, int64_t key_blocks, int sms) {
   const bool off = flash::detail::env_switch("FLASH_CUDA_BWD_HEAVY_FIRST", {"0", "1"}) == "0";
   const long long cap_env = flash::detail::env_positive_int("FLASH_CUDA_BWD_DQ_GROUP");
-  const bool two_tiles = with_wgmma_config(dim, [](auto config) {
+  const bool two_tiles = with_wgmma_config(dim, softcap, [](auto config) {
     using C = decltype(config);
     return C::kBlockKV >= 2 * C::kBlockQ;
   });
@@ -362,12 +369,12 @@ BwdDqPlan bwd_dq_plan_for(bool deterministic, int64_t batch, int64_t heads_q, in
   return plan;
 }
 // f32 (SIMT path) needs no dQ accumulator: slices = 0.
-inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool deterministic, int64_t batch,
-                             int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_kv,
-                             int sms) {
+inline BwdDqPlan bwd_dq_plan(bool is_f32, bool wgmma, int dim, bool softcap, bool deterministic,
+                             int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q,
+                             int64_t seqlen_kv, int sms) {
   if (is_f32) return {};
   if (wgmma) {  // both modes: one block per key block, one slice; ordered if deterministic
-    return with_wgmma_config(dim, [&](auto config) {
+    return with_wgmma_config(dim, softcap, [&](auto config) {
       using C = decltype(config);
       BwdDqPlan plan = bwd_dq_plan_for<C>(false, batch, heads_q, heads_kv, seqlen_q, seqlen_kv, sms,
                                           BwdWgmmaLayout<C>::kDqRowFloats);
@@ -405,10 +412,7 @@ inline int64_t bwd_workspace_floats(int64_t batch, int64_t heads_q, int64_t seql
 inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim, bool softcap) {
   if (is_f32) return BwdSimtConfig::kName;
   if (wgmma)
-    return with_wgmma_config(dim, [&](auto c) {
-      using C = decltype(c);
-      return std::string(C::kName) + (softcap && C::kOverlap ? " (softcap: serial order)" : "");
-    });
+    return with_wgmma_config(dim, softcap, [](auto c) { return std::string(decltype(c)::kName); });
   const char* passes = dim > kBwdMaxUnsplitDim ? " (dv, dk+dq passes)" : "";
   switch (dim) {
 #define FLASH_BWD_NAME(D) \
@@ -422,9 +426,10 @@ inline std::string bwd_config_name(bool is_f32, bool wgmma, int dim, bool softca
   }
   return "";
 }
-inline int bwd_smem_bytes(bool is_f32, bool wgmma, int dim) {
+inline int bwd_smem_bytes(bool is_f32, bool wgmma, int dim, bool softcap) {
   if (!is_f32 && wgmma)
-    return with_wgmma_config(dim, [](auto c) { return BwdWgmmaLayout<decltype(c)>::kSmemBytes; });
+    return with_wgmma_config(dim, softcap,
+                             [](auto c) { return BwdWgmmaLayout<decltype(c)>::kSmemBytes; });
   switch (dim) {
 #define FLASH_BWD_SMEM(D) \
   case D:                 \

@@ -6,37 +6,36 @@
 // its warp w keys 16w..16w+15 of every 64-row accumulator. The warpgroups share the Q / dO stages,
 // and split dQᵀ (by rows of D, or by query columns at D = 64). K and V stay in shared memory
 // (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the block walks the
-// query tiles (kBlockQ rows; Q, dO, lse, Δ by two loader warps, below, into a ring of stages):
+// query tiles (kBlockQ rows: 128 at D = 64, else 64; Q, dO, lse, Δ by two loader warps,
+// below, into a ring of stages):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
-//                                 (D = 64: K / V rows as register A fragments, C::kKvInRegs)
+//                                 (D = 64 softcap: K / V rows as register A fragments,
+//                                 C::kKvInRegs)
 //   Pᵀ, dSᵀ element-wise          (bwd_ops.cuh ScoreGrad; masks only on edge tiles)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q      wgmma m64 x D, B MN-major; A = Pᵀ / dSᵀ from registers
-//                                 (serial order; overlapped order at D = 64 without softcap)
-//                                 or from shared tiles (overlapped order, kSplitD)
+//                                 or from shared tiles (kSplitD)
 //   dQᵀ = Kᵀ·dSᵀ                  wgmma m64 x BQ per 64 rows of D, dSᵀ via shared memory (64-
-//                                 or 128-byte swizzle), both operands MN-major
+//                                 or 128-byte swizzle, 64-query panels), both operands MN-major
 //   dQ_accum += dQ                 staged in shared memory, one cp.reduce.async.bulk
 // D = 256 (C::kSplitD): 64 keys x 256 columns of dK and dV are more registers than a thread
 // has, so the two warpgroups share the block's 64 keys: each computes Sᵀ, dPᵀ for half of
 // the query tile (m64 x BQ/2), Pᵀ and dSᵀ go to shared tiles, and each accumulates dK, dV
 // for half of the columns (m64 x 128) and dQᵀ for half of the rows of D; the dQ staging tile
 // is the step's own Q / dO stage once both warpgroups have read it (no room for both).
-// Step order: at D = 64 (C::kOverlap) step i−1's dV, dK and dQᵀ products run on the tensor
-// cores during step i's element-wise phase; at D = 128 each step is serial inside a warpgroup
-// and the two warpgroups take turns issuing their products (ping-pong), so one's element-wise
-// phase runs under the other's products; D = 256 is serial, the warpgroups meeting at block
-// barriers. Softcap is a template parameter (its instance runs BwdWgmmaSoftcapConfig<C>: at
-// D = 64 the D = 128 loop, without turns) and tiles inside the mask band skip the
-// per-element masks. One block per key block; all blocks add into one f32 dQ accumulator
-// (bwd_dq_convert scales and converts it). Deterministic mode: the adds into each query tile
-// happen in a fixed order (per-tile counters, below): key-block order (highest first, each
-// block walking its tiles upward) under a mask band, arrival order of staggered walks without
-// one. A warpgroup after the MMA ones gives its registers away; one of its threads waits for a
-// staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the tile ("empty")
-// once read and releases the counter once the add completed. Warps 2-3 of it are the loader:
-// one thread issues each step's Q / dO boxes (TMA) and lse / Δ (bulk copies) into a ring of
-// stages with full / empty mbarriers (thread 0 issues the first stages with K and V; at D = 64
-// it issues them all, one step ahead); packed batches copy with cp.async from all 64 loader
+// Step order: at D = 64 and 128 each step is serial inside a warpgroup and the two warpgroups
+// take turns issuing their products (ping-pong), so one's element-wise phase runs under the
+// other's products; D = 256 is serial, the warpgroups meeting at block barriers. Softcap is a
+// template parameter (its problems run BwdWgmmaSoftcapConfig<D>, bwd_configs.hpp, without
+// turns) and tiles inside the mask band skip the per-element masks. One block per key block; all
+// blocks add into one f32 dQ accumulator (bwd_dq_convert scales and converts it). Deterministic
+// mode: the adds into each query tile happen in a fixed order (per-tile counters, below): key-block
+// order (highest first, each block walking its tiles upward) under a mask band, arrival order of
+// staggered walks without one. A warpgroup after the MMA ones gives its registers away; one of its
+// threads waits for a staging tile's "full" mbarrier, for its turn, issues the bulk add, frees the
+// tile ("empty") once read and releases the counter once the add completed. Warps 2-3 of it are the
+// loader: one thread issues each step's Q / dO boxes (TMA) and lse / Δ (bulk copies) into a ring of
+// stages with full / empty mbarriers (thread 0 issues the first stages with K and V); packed
+// batches copy with cp.async from all 64 loader
 // threads. The MMA warps wait for another block only through "empty": at D = 64 / 128 for a
 // staging tile two steps back; at D = 256 (kDqInStage) mid-step, for the read of the previous
 // step's tile, so in the ordered mode a late block earlier in a tile's order can stall them by
@@ -45,10 +44,10 @@
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k, interleaved
-// with torch in one process, session 31): of cuDNN D = 64 0.89-0.95, D = 128 0.88-0.98, D = 256
-// 1.02-1.15; 1.5-1.9x torch's FlashAttention-2. What changed what, session by session (the
-// loader warps, the dQ warpgroup, the ping-pong order, ...): bench/RESULTS.md.
-// How to run: tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
+// with torch in one process): of cuDNN D = 64 0.98-1.05 (session 37), D = 128 0.88-0.98, D = 256
+// 1.02-1.15 (session 31); 1.5-1.9x torch's FlashAttention-2. What changed what, session by session
+// (the loader warps, the dQ warpgroup, the ping-pong order, ...): bench/RESULTS.md. How to run:
+// tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -76,12 +75,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // kThreads: the MMA warpgroups' threads (they load the tiles); the dQ warpgroup comes
   // after them.
   constexpr int kThreads = C::kMmaThreads, kChunks = D / 8;
-  constexpr bool kOverlap = C::kOverlap;
-  // Register A operands (bwd_configs.hpp, REGS): K / V rows for Sᵀ / dPᵀ, and in the
-  // overlapped order step i−1's Pᵀ / dSᵀ for dV / dK (not with softcap: ptxas spilled
-  // there, 25-30 % slower).
-  constexpr bool kKvInRegs = C::kKvInRegs, kGradsInRegs = C::kGradsInRegs && !kSoftcap;
-  static_assert(!C::kGradsInRegs || kOverlap, "the previous step's Pᵀ / dSᵀ: overlapped order");
+  // Register A operands (bwd_configs.hpp, REGS): K / V rows for Sᵀ / dPᵀ.
+  constexpr bool kKvInRegs = C::kKvInRegs;
   static_assert(!kKvInRegs || !C::kSplitD, "register K / V rows: each warpgroup owns its keys");
   // How the tiles are shared out over the warpgroups, and the step's products.
   using Pr = BwdWgmmaProducts<T, C>;
@@ -105,8 +100,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   auto dq_empty = [&](int st) { return base + L::kBars + 8 * (L::kDqStages + st); };
   // The loader: warps 2 and 3 of the dQ warpgroup fill the stage ring with each step's Q / dO
   // / lse / Δ, ahead of the MMA warps by as many stages as the ring has: one thread with TMA
-  // (maps.use; at D = 64 thread 0 of the MMA warps instead, see inline_loads), else all 64
-  // with cp.async. Per stage: full (the TMA thread's arrival and its
+  // (maps.use), else all 64 with cp.async. Per stage: full (the TMA thread's arrival and its
   // bytes, or one arrival per cp.async thread once its copies landed), empty (every MMA
   // thread is done reading it; kDqInStage: the copy engine has read the dQ tile staged
   // there, dq_empty).
@@ -436,13 +430,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       0, kv_head * group + first_pos / tiles_per_head,
       walk_up ? qt_begin * BQ : (qt_begin + tiles_per_head - 1 - first_pos % tiles_per_head) * BQ,
       first_pos};
-  // Who issues the TMA copies: at D = 64 (C::kOverlap) thread 0, one step ahead, right after
-  // the step's barrier has freed the stage (its steps are the shortest: the loader's polling
-  // measured 3-5 % slower there, bench/RESULTS.md, session 17); otherwise the loader warps.
-  // The first stages go out with K and V, from thread 0 (which initialised their barriers):
-  // the loader warps start only after the block's first barrier below (+0-3 % at D = 128).
-  const bool inline_loads = C::kOverlap && maps.use;
-  const int early_steps = maps.use ? min(steps, inline_loads ? 2 : L::kStages) : 0;
+  // Who issues the TMA copies: the loader warps, except the first stages, which go out with K
+  // and V from thread 0 (which initialised their barriers): the loader warps start only
+  // after the block's first barrier below (+0-3 % at D = 128).
+  const int early_steps = maps.use ? min(steps, L::kStages) : 0;
   if (tid == 0) {
     Tile t = first;
     for (int step = 0; step < early_steps; ++step, t = next_tile(t)) load_step_tma(t);
@@ -472,7 +463,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       warpgroup_reg_dealloc<kBwdDqWarpRegs>();
       if (tid >= kLoaderFirst) {  // the loader (see the stage barriers above)
         const int lt = tid - kLoaderFirst;
-        if ((maps.use && lt != 0) || inline_loads) return;
+        if (maps.use && lt != 0) return;
         if (maps.use) {
           tma_prefetch_map(&maps.q);
           tma_prefetch_map(&maps.dout);
@@ -564,7 +555,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     pr.keys_times_queries_t(dp, sV, v_frag, stage_q(step) + L::kTileQ);
   };
 
-  // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (overlapped order and kSplitD).
+  // Pᵀ and dSᵀ (f32) -> the step's shared tiles, rounded to T (kSplitD).
   auto store_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
                          const float(&dst)[kQueriesPerWg / 2]) {
     uint32_t frag[KP][4];
@@ -576,93 +567,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   };
 
   clk.mark(kBwdPhPrologue);
-  if constexpr (kOverlap) {
-    // Overlapped order: the dV/dK/dQᵀ products of step i−1 run on the tensor cores while
-    // step i's element-wise phase runs (three of the five products hidden behind it):
-    //   barrier | Sᵀ/dPᵀ(i), dV/dK/dQᵀ(i−1) | wait Sᵀ/dPᵀ | element-wise(i) | wait | stage dQ(i−1)
-    // (the barrier: both warpgroups' Pᵀ / dSᵀ tiles of step i−1 are written).
-    // with a third Q/dO stage and second Pᵀ / dSᵀ tiles (step i−1's are still being read).
-    // dV / dK read step i−1's Pᵀ and dSᵀ from shared memory, or (kGradsInRegs; only dSᵀ
-    // then goes to a tile, for dQᵀ) from pf_prev / df_prev, which nothing writes until the
-    // wait after the element-wise phase (ptxas serialises register-A products whose registers
-    // it cannot prove untouched; it reported nothing here). Step 0 and the last products are
-    // peeled off, so every product is issued and waited for on one path.
-    Tile prev = first;
-    uint32_t pf_prev[kGradsInRegs ? KS : 1][4], df_prev[kGradsInRegs ? KS : 1][4];
-    const auto keep_grads = [&](int step, const float(&pt)[kQueriesPerWg / 2],
-                                const float(&dst)[kQueriesPerWg / 2]) {
-      if constexpr (kGradsInRegs) {
-        pack_fragment(pt, pf_prev);
-        pack_fragment(dst, df_prev);
-        store_tile(ds_tile(step), df_prev);
-        fence_proxy_async_smem();  // the tile is read by wgmma (after a barrier)
-      } else {
-        store_grads(step, pt, dst);
-      }
-    };
-    const auto dv_dk_of = [&](int step) {
-      if constexpr (kGradsInRegs)
-        dv_dk_products(step, pf_prev, df_prev);
-      else
-        dv_dk_products_ss(step);
-    };
-    {
-      begin_step(0);
-      float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2];
-      wgmma_fence();
-      sdp_products(0, s, dp);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-      wgmma_fence_operands(dp);
-      scores_to_grads(first, s, dp, s, dp);
-      keep_grads(0, s, dp);
-    }
-    for (int step = 1; step < steps; ++step) {
-      const Tile cur = next_tile(prev);
-      begin_step(step);
-      clk.mark(kBwdPhStageWait);
-      mma_sync();  // both warpgroups' Pᵀ / dSᵀ tiles of step − 1 are written
-      clk.mark(kBwdPhBarrier);
-      // The next step's stage is step − 2's: both warpgroups waited for its products.
-      if (inline_loads && tid == 0 && step + 1 < steps) load_step_tma(next_tile(cur));
-      float s[kQueriesPerWg / 2], dp[kQueriesPerWg / 2], dq[kHalves][kDqN / 2];
-      wgmma_fence();
-      sdp_products(step, s, dp);
-      wgmma_commit();
-      dv_dk_of(step - 1);
-      dq_products(step - 1, dq);
-      wgmma_commit();
-      wgmma_wait<1>();  // Sᵀ/dPᵀ (committed first); step − 1's products still run
-      wgmma_fence_operands(s);
-      wgmma_fence_operands(dp);
-      clk.mark(kBwdPhSdp);
-      scores_to_grads(cur, s, dp, s, dp);
-      clk.mark(kBwdPhGrads);
-      if constexpr (kGradsInRegs) wgmma_wait<0>();  // dV / dK(i−1) have read pf_prev / df_prev
-      keep_grads(step, s, dp);
-      if constexpr (!kGradsInRegs) wgmma_wait<0>();  // the tiles' stores overlapped them
-      if (!inline_loads) release_stage(step - 1);    // its dV / dK products are done
-      clk.mark(kBwdPhDvDk);
-#pragma unroll
-      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
-      stage_dq(prev, dq);
-      clk.mark(kBwdPhStageDq);
-      prev = cur;
-    }
-    {  // the last step's products, once its tiles are complete
-      mma_sync();
-      float dq[kHalves][kDqN / 2];
-      wgmma_fence();
-      dv_dk_of(steps - 1);
-      dq_products(steps - 1, dq);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < kHalves; ++i) wgmma_fence_operands(dq[i]);
-      stage_dq(prev, dq);
-    }
-  } else if constexpr (kSplitD) {
+  if constexpr (kSplitD) {
     // Serial order with shared Pᵀ / dSᵀ (D = 256):
     //   Sᵀ/dPᵀ(i) | element-wise(i) | load (i+1) | barrier | dV/dK/dQᵀ(i) | barrier | stage dQ(i)
     // The second barrier: no warpgroup overwrites the stage with dQ while the other's dK / dV
@@ -701,7 +606,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
   } else {
     static_assert(L::kPingPong, "the remaining order: own keys, serial");
-    // Ping-pong order (D = 128): the warpgroups take turns issuing their product groups, so
+    // Ping-pong order (D = 64, 128): the warpgroups take turns issuing their product groups, so
     // one's element-wise phase runs while the other's products hold the tensor cores:
     //   Sᵀ/dPᵀ(i) | element-wise(i), dSᵀ rows | dV/dK(i) | dQᵀ(i) | stage dQ(i)
     // each group on this warpgroup's turn (named barrier kBwdTurnBarrier0 + wg, passed by the
@@ -752,7 +657,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       dv_dk_products(step, pf, df);
       wgmma_commit();
       pass_turn();
-      // Pᵀ / dSᵀ fragments free their registers for dQᵀ (the register budget of D = 128).
+      // Pᵀ / dSᵀ fragments free their registers for dQᵀ (the register budget).
       wgmma_wait<0>();
       release_stage(step);  // this warpgroup's reads of the step's Q / dO are done
       clk.mark(kBwdPhDvDk);

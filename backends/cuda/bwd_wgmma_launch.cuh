@@ -11,7 +11,8 @@
 
 namespace flash::cuda {
 
-template <class T, class C>
+// C: the config the problem runs (with_wgmma_config), kSoftcap: whether it has a softcap.
+template <class T, class C, bool kSoftcap>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
   // Q and dO maps over [batch, seqlen_q, heads_q, dim] (their pointers and strides are
@@ -27,13 +28,10 @@ void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, con
                                f.o_stride[1], f.o_stride[2], f.o_stride[0], C::kBlockQ});
   }
   phase_trace_before_launch(stream);
-  // Softcap runs BwdWgmmaSoftcapConfig<C> (bwd_configs.hpp); both kernels get the larger
-  // of the two layouts' shared memory.
-  using Softcap = BwdWgmmaSoftcapConfig<C>;
-  constexpr int kSmem =
-      std::max(BwdWgmmaLayout<C>::kSmemBytes, BwdWgmmaLayout<Softcap>::kSmemBytes);
-  launch_bwd_blocks<bwd_wgmma_kernel<T, C, false>, bwd_wgmma_kernel<T, Softcap, true>>(
-      params, batch, C::kThreads, kSmem, lse2, delta, rows_pad, stream, maps);
+  // One kernel in both of launch_bwd_blocks' places: the config already says softcap or not.
+  constexpr auto kKernel = bwd_wgmma_kernel<T, C, kSoftcap>;
+  launch_bwd_blocks<kKernel, kKernel>(params, batch, C::kThreads, BwdWgmmaLayout<C>::kSmemBytes,
+                                      lse2, delta, rows_pad, stream, maps);
   phase_trace_after_launch(stream, C::kName, kBwdTraceRoleNames, kBwdTracePhaseNames);
 }
 

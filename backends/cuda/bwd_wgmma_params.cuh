@@ -20,7 +20,7 @@ enum BwdTracePhase : int {
   kBwdPhPrologue,    // MMA: block start to the first step (K / V loads, quarantine, barrier)
   kBwdPhStageWait,   // MMA: the step's Q / dO stage to land; loader: a stage to empty
   kBwdPhBarrier,     // MMA: the step's first barrier (the other warpgroup)
-  kBwdPhSdp,         // MMA: Sᵀ / dPᵀ issued and waited for (overlapped order: with i−1's)
+  kBwdPhSdp,         // MMA: Sᵀ / dPᵀ issued and waited for
   kBwdPhGrads,       // MMA: element-wise Pᵀ / dSᵀ, packing, the dSᵀ tile stores
   kBwdPhDvDk,        // MMA: dV / dK issued and waited for; dQ thread: the add's issue and read
   kBwdPhDsBarrier,   // MMA: the barrier before dQᵀ (the whole dSᵀ tile written)

@@ -34,8 +34,9 @@ struct BwdWgmmaProducts {
   static_assert(kQueriesPerWg % 16 == 0 && kColsPerWg % 64 == 0,
                 "whole k16 steps of Pᵀ; whole 64-column atoms");
   static constexpr int KS = BQ / 16;  // k16 steps of dV / dK
-  // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or 128 (128-byte).
-  static constexpr int kDsRowBytes = BQ * 2;
+  // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or, in panels of 64
+  // queries ([BQ/64][BK][64], as K / V hold D), 128 bytes (128-byte swizzle).
+  static constexpr int kDsRowBytes = BQ == 32 ? 64 : 128, kDsPanelBytes = BK * kDsRowBytes;
   static constexpr uint32_t kDsSwizzle = BQ == 32 ? kGmmaSwizzle64 : kGmmaSwizzle128;
   using Acc = float[kQueriesPerWg / 2];  // an Sᵀ / dPᵀ accumulator, this thread's part
   using ColsAcc = float[kColsPerWg / 2];
@@ -106,6 +107,11 @@ struct BwdWgmmaProducts {
     for (int kk = 0; kk < KS; ++kk)
       wgmma_rs<T, kColsPerWg, 1>(acc_dk, df[kk], gmma_desc_add(q_desc, kk * 2048), 1);
   }
+  // k16 step kk of a K-major Pᵀ / dSᵀ tile: 32 bytes into a row, the next panel every
+  // kDsRowBytes / 32 steps.
+  static constexpr uint32_t ds_k_offset(int kk) {
+    return (kk / (kDsRowBytes / 32)) * kDsPanelBytes + (kk % (kDsRowBytes / 32)) * 32;
+  }
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
   // rows; k16 step kk 32 bytes into the row of one swizzle atom).
   // kSplitD: all 64 keys' rows, this warpgroup's columns (d_first / 64 atoms further).
@@ -118,19 +124,23 @@ struct BwdWgmmaProducts {
     const uint64_t ds_desc = gmma_desc(ds_tile(step) + a_rows, 16, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dv, gmma_desc_add(pt_desc, kk * 32),
+      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dv, gmma_desc_add(pt_desc, ds_k_offset(kk)),
                                     gmma_desc_add(do_desc, kk * 2048), 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk)
-      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dk, gmma_desc_add(ds_desc, kk * 32),
+      wgmma_ss<T, kColsPerWg, 0, 1>(acc_dk, gmma_desc_add(ds_desc, ds_k_offset(kk)),
                                     gmma_desc_add(q_desc, kk * 2048), 1);
   }
   // dQᵀ = Kᵀ·dSᵀ (both MN-major; k16 step = 16 keys): rows 64·half(i), columns q_first..,
   // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
-  // follows absolute addresses).
+  // follows absolute addresses) of its 64-query panel (LBO: the next panel).
+  static_assert(!kSplitCols || BQ <= 64 || kDqN % 64 == 0,
+                "a warpgroup's dQᵀ columns: whole panels");
   __device__ __forceinline__ void dq(DqAcc& dq, int step) const {
+    const uint32_t col =
+        BQ <= 64 ? q_first * 2 : (q_first / 64) * kDsPanelBytes + (q_first % 64) * 2;
     const uint64_t ds_desc =
-        gmma_desc(ds_tile(step) + q_first * 2, BK * kDsRowBytes, 8 * kDsRowBytes, kDsSwizzle);
+        gmma_desc(ds_tile(step) + col, kDsPanelBytes, 8 * kDsRowBytes, kDsSwizzle);
 #pragma unroll
     for (int i = 0; i < kHalves; ++i) {
       const uint64_t k_desc =

@@ -118,7 +118,7 @@ void validate_switches() {
   (void)fwd_band_tile(flash_problem{}, false);
   (void)decode_cluster_mode();
   (void)decode_rows_mode();
-  (void)bwd_dq_group(64, 1, 2);
+  (void)bwd_dq_group(64, false, 1, 2);
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
@@ -446,7 +446,7 @@ struct CudaBackend {
       const bool is_f32 = p.dtype == FLASH_F32;
       const DeviceInfo d = current_device();
       const auto [dim, wgmma] = bwd_tile(p, d.major, d.minor);
-      const int smem = bwd_smem_bytes(is_f32, wgmma, dim);
+      const int smem = bwd_smem_bytes(is_f32, wgmma, dim, p.softcap > 0.f);
       const std::string name =
           bwd_config_name(is_f32, wgmma, dim, p.softcap > 0.f) + " " + dtype_name(p.dtype) +
           (p.cu_seqlens_q || p.cu_seqlens_kv ? " packed" : "") + padding_note(p, dim);
@@ -668,8 +668,8 @@ struct CudaBackend {
     const int dim = tile.dim;
     b.wgmma = tile.wgmma;
     const BwdDqPlan plan =
-        bwd_dq_plan(p.dtype == FLASH_F32, b.wgmma, dim, p.nondeterministic == 0, p.batch, p.heads_q,
-                    p.heads_kv, p.seqlen_q, p.seqlen_kv, device.sms);
+        bwd_dq_plan(p.dtype == FLASH_F32, b.wgmma, dim, p.softcap > 0.f, p.nondeterministic == 0,
+                    p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_kv, device.sms);
     const LockedBuffer workspace = lock_device_buffer(
         stream, BufferPurpose::workspace,
         sizeof(float) * bwd_workspace_floats(p.batch, p.heads_q, p.seqlen_q, plan));
@@ -693,7 +693,8 @@ struct CudaBackend {
     b.dq_rotate = b.wgmma && !b.f.mask.bounded && plan.splits <= device.sms / 2 &&
                   !flash::detail::has_sequence_arrays(p);
     b.walk_up = b.wgmma && b.f.mask.bounded;
-    b.dq_group = b.walk_up && plan.ordered ? bwd_dq_group(dim, plan.splits, device.sms) : 0;
+    b.dq_group =
+        b.walk_up && plan.ordered ? bwd_dq_group(dim, p.softcap > 0.f, plan.splits, device.sms) : 0;
     float* const dq_slices_end = b.dq_accum + plan.slices * plan.slice_floats;
     b.dq_counters = reinterpret_cast<unsigned*>(dq_slices_end);
     // The dQ slices and the counters behind them start at zero (f32: none); in the ordered
