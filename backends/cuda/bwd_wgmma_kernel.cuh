@@ -35,11 +35,11 @@
 // tile ("empty") once read and releases the counter once the add completed. Warps 2-3 of it are the
 // loader: one thread issues each step's Q / dO boxes (TMA) and lse / Δ (bulk copies) into a ring of
 // stages with full / empty mbarriers (thread 0 issues the first stages with K and V); packed
-// batches copy with cp.async from all 64 loader
-// threads. The MMA warps wait for another block only through "empty": at D = 64 / 128 for a
-// staging tile two steps back; at D = 256 (kDqInStage) mid-step, for the read of the previous
-// step's tile, so in the ordered mode a late block earlier in a tile's order can stall them by
-// about half a step; that wait cannot close a cycle (see "ordered dQ accumulation").
+// batches copy with cp.async from all 64 loader threads. The MMA warps wait for another block
+// only through "empty": at D = 64 / 128 for a staging tile two steps back; at D = 256
+// (kDqInStage) mid-step, for the read of the previous step's tile, so in the ordered mode a late
+// block earlier in a tile's order can stall them by about half a step; that wait cannot close a
+// cycle (see "ordered dQ accumulation").
 //
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
