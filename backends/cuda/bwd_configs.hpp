@@ -215,7 +215,7 @@ template <class C>
 struct BwdWgmmaLayout {
   static constexpr int D = C::kDim, BQ = C::kBlockQ, BK = C::kBlockKV;
   static constexpr int kTileK = BK * D * 2, kTileQ = BQ * D * 2;
-  // Serial order with its own keys (D = 128): the warpgroups take turns issuing their products
+  // Serial order with its own keys (D = 64, 128): the warpgroups take turns issuing their products
   // (ping-pong, bwd_wgmma_kernel.cuh) and meet on dSᵀ-tile mbarriers.
   static constexpr bool kPingPong = !C::kSplitD;
   static constexpr int kStages = 2, kDsTiles = 1;
@@ -244,12 +244,12 @@ struct BwdWgmmaLayout {
   static constexpr int kBars = kDq + (kDqInStage ? 0 : kDqStages * kDqTileBytes);
   static constexpr int kBarCount = 2 * kDqStages + 2 * kStages + (kPingPong ? 2 * kDsTiles : 0);
   static constexpr int kSmemBytes = kBars + kBarCount * 8 + 1024;
-  static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) &&
-                    (BQ == 32 || (BQ % 16 == 0 && BQ <= 128)),
-                "m64 per warpgroup; dSᵀ tiles of 64- or 128-byte swizzle atoms");
-  static_assert(
-      D % 64 == 0 && (D <= 128 || (C::kSplitD && D % (64 * C::kWarpGroups) == 0)),
-      "whole 64-column atoms; dK + dV in registers (kSplitD: D/2 columns each, serial order)");
+  static_assert(BK == (C::kSplitD ? 64 : 64 * C::kWarpGroups) && BQ % 16 == 0 && BQ <= 128 &&
+                    kBwdRowPad % BQ == 0,
+                "m64 per warpgroup; whole k16 steps of queries, at most two dSᵀ panels; padded "
+                "rows hold whole query tiles (lse / Δ loads, dQ adds and counters stay in a head)");
+  static_assert(D % 64 == 0 && (D <= 128 || (C::kSplitD && D % (64 * C::kWarpGroups) == 0)),
+                "whole 64-column atoms; dK + dV in registers (kSplitD: D/2 columns each)");
   static_assert(kTileK % 1024 == 0 && kTileQ % 1024 == 0 && kDs % 1024 == 0 && kDsBytes % 1024 == 0,
                 "swizzle bases");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
@@ -288,13 +288,14 @@ auto with_wgmma_config(int dim, bool softcap, Fn&& fn) {  // dim: 64, 128 or 256
 // (kernel_params.hpp, dq_group), heaviest first inside each, when a key block spans at
 // least two query tiles, so that the next key block, dispatched after it, walks two steps
 // ahead of it (at D 256 the key blocks span one tile and heaviest-first measured 6-12 %
-// slower, bench/RESULTS.md, session 30; so do D 64's on 128-query tiles). A head's key blocks are cut into equal groups of at
-// most kBwdDqGroupKeyBlocks, never more than sms / 2 (other streams' kernels may hold SMs;
-// the no-cycle argument needs a group resident at once). H200, session 35, bf16 causal,
-// in one process (bench/RESULTS.md): at 16k (128 key blocks a head) groups of 32 ran 1-4 %
-// faster at D 128 than the last-first order that a head of more than sms / 2 key blocks
-// took before (D 64 -1 to +2 %; an A/A run reads +-2 %), groups of 64 within noise of 32;
-// at 8k (64 key blocks) the same as one group.
+// slower, bench/RESULTS.md, session 30; D 64's span one 128-query tile and groups measured
+// 0.6-1.3 % slower, session 37). A head's key blocks are cut into equal groups of at most
+// kBwdDqGroupKeyBlocks, never more than sms / 2 (other streams' kernels may hold SMs; the
+// no-cycle argument needs a group resident at once). H200, session 35, bf16 causal, in one
+// process (bench/RESULTS.md): at 16k (128 key blocks a head) groups of 32 ran 1-4 % faster
+// at D 128 than the last-first order that a head of more than sms / 2 key blocks took
+// before (D 64, then on 64-query tiles, -1 to +2 %; an A/A run reads +-2 %), groups of 64
+// within noise of 32; at 8k (64 key blocks) the same as one group.
 // FLASH_CUDA_BWD_HEAVY_FIRST=0 keeps the last-first order (0), FLASH_CUDA_BWD_DQ_GROUP=<n>
 // caps the groups at n key blocks instead (tests: several groups on small problems; A/B).
 constexpr int kBwdDqGroupKeyBlocks = 32;

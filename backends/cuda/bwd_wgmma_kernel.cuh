@@ -6,8 +6,8 @@
 // its warp w keys 16w..16w+15 of every 64-row accumulator. The warpgroups share the Q / dO stages,
 // and split dQᵀ (by rows of D, or by query columns at D = 64). K and V stay in shared memory
 // (128-byte-swizzled, the layout wgmma reads), dK and dV in registers, while the block walks the
-// query tiles (kBlockQ rows: 128 at D = 64, else 64; Q, dO, lse, Δ by two loader warps,
-// below, into a ring of stages):
+// query tiles (kBlockQ rows: 128 at D = 64 (softcap: 64), else 64; Q, dO, lse, Δ by two loader
+// warps, below, into a ring of stages):
 //   Sᵀ  = K·Qᵀ, dPᵀ = V·dOᵀ      wgmma m64 x BQ, both operands K-major in shared memory
 //                                 (D = 64 softcap: K / V rows as register A fragments,
 //                                 C::kKvInRegs)
@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int r = 0; r < 4; ++r)
         frag[kk][r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
   };
-  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile, for products after the next barrier (the
+  // Pᵀ / dSᵀ fragments -> a shared [BK][BQ] tile (64-query panels, bwd_wgmma_products.cuh),
+  // for products after the next barrier (the
   // caller fences the async proxy once its tiles are written).
   // stmatrix x4 writes k16 step kk's four 8x8 blocks (register r: rows +8·(r&1), columns
   // 16kk + 8·(r>>1)); lane l gives the address of row l%8 of block l/8.

@@ -15,6 +15,10 @@ namespace flash::cuda {
 template <class T, class C, bool kSoftcap>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
+  static_assert(
+      std::is_same_v<
+          C, std::conditional_t<kSoftcap, BwdWgmmaSoftcapConfig<C::kDim>, BwdWgmmaConfig<C::kDim>>>,
+      "the config with_wgmma_config picks for this softcap setting");
   // Q and dO maps over [batch, seqlen_q, heads_q, dim] (their pointers and strides are
   // 16-byte aligned: cuda_backend.cu checks before any backward).
   const FwdParams& f = params.f;

@@ -2,8 +2,8 @@
 // tiles are shared out over its MMA warpgroups, where a step's shared tiles lie, and the four
 // product groups (Sᵀ / dPᵀ, dV / dK from registers or shared tiles, dQᵀ). Layouts: K / V and
 // the Q / dO stages 128-byte swizzled ([D/64][rows][64]), dSᵀ / Pᵀ tiles [BK keys][BQ queries]
-// with 64- or 128-byte swizzle (bwd_configs.hpp, BwdWgmmaLayout); checked by
-// tests/cuda/wgmma_check.
+// with 64-byte swizzle (BQ = 32) or 128-byte swizzle in 64-query panels ([BQ/64][BK][64])
+// (bwd_configs.hpp, BwdWgmmaLayout); the single-panel layouts checked by tests/cuda/wgmma_check.
 #pragma once
 
 #include <cstdint>
@@ -113,7 +113,7 @@ struct BwdWgmmaProducts {
     return (kk / (kDsRowBytes / 32)) * kDsPanelBytes + (kk % (kDsRowBytes / 32)) * 32;
   }
   // The same with Pᵀ / dSᵀ from the step's shared tiles (K-major A: this warpgroup's 64
-  // rows; k16 step kk 32 bytes into the row of one swizzle atom).
+  // rows; k16 step kk at ds_k_offset(kk)).
   // kSplitD: all 64 keys' rows, this warpgroup's columns (d_first / 64 atoms further).
   __device__ __forceinline__ void dv_dk_ss(ColsAcc& acc_dv, ColsAcc& acc_dk, int step) const {
     const uint64_t q_desc =
@@ -135,7 +135,7 @@ struct BwdWgmmaProducts {
   // over all BK keys; the dSᵀ column offset stays inside the swizzle atom (the pattern
   // follows absolute addresses) of its 64-query panel (LBO: the next panel).
   static_assert(!kSplitCols || BQ <= 64 || kDqN % 64 == 0,
-                "a warpgroup's dQᵀ columns: whole panels");
+                "a warpgroup's dQᵀ columns: inside one panel or whole panels");
   __device__ __forceinline__ void dq(DqAcc& dq, int step) const {
     const uint32_t col =
         BQ <= 64 ? q_first * 2 : (q_first / 64) * kDsPanelBytes + (q_first % 64) * 2;

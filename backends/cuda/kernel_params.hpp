@@ -110,7 +110,7 @@ struct BwdParams {
   // The atomic mode walks the same way (its dK, dV equal the ordered mode's bitwise) but
   // dispatches the first key block first (the longest walk under a causal mask).
   bool walk_up;
-  // Ordered mode under a mask band, key blocks of two query tiles each (D 64 / 128;
+  // Ordered mode under a mask band, key blocks of two query tiles each (D 128, D 64 softcap;
   // bwd_configs.hpp, bwd_dq_group), dq_group > 0: a head's key blocks are dispatched in
   // groups of at most dq_group (<= sms / 2, by default 32) consecutive key blocks, the groups from
   // the last key blocks to the first, each group's blocks from its first (the longest walk under a

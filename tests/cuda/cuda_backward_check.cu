@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
                   {2, 1000, 1000, 4, 4, 256, 256, false, -1, -1, 0.f},
                   {1, 150, 230, 2, 2, 160, 160, false, 40, 40, 0.f},
                   {1, 230, 150, 3, 1, 192, 128, true, -1, -1, 0.f},
-                  // D 64 with softcap (its own path: Pᵀ / dSᵀ through shared tiles), a window.
+                  // D 64 with softcap (its own config: 64-query tiles), a window.
                   {1, 600, 700, 4, 2, 64, 64, false, 90, 30, 30.f},
                   // Many (batch, kv head) pairs: fewer splits than key blocks, so each
                   // block walks several key blocks (the snake order) into its slice.

@@ -98,8 +98,8 @@ const std::vector<Case>& backward_cases() {
       // strides, lengths that leave partial query and key tiles.
       {"s300x257_d256_gqa2_window64_16_softcap15_bhsd", 1, 300, 257, 4, 2, 256, 256, false, 64, 16,
        15.f, 0, Layout::bhsd, 3},
-      // D 64 with softcap: the Hopper backward's D 64 kernel keeps Pᵀ / dSᵀ in shared tiles
-      // with softcap and in registers without (bwd_wgmma_kernel.cuh, kGradsInRegs).
+      // D 64 with softcap: the Hopper backward runs its own config there (64-query tiles, K / V
+      // register fragments; plain D 64: 128-query tiles; bwd_configs.hpp, BwdWgmmaSoftcapConfig).
       {"s200x257_d64_gqa2_causal_softcap30", 1, 200, 257, 4, 2, 64, 64, true, -1, -1, 30.f, 0,
        Layout::packed, 6},
   };
