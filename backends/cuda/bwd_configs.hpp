@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "bwd_dq_order.cuh"
 #include "dispatch/env_switch.hpp"
@@ -199,6 +200,9 @@ template <>
 struct BwdWgmmaSoftcapConfig<128> : BwdWgmmaConfig<128> {};
 template <>
 struct BwdWgmmaSoftcapConfig<256> : BwdWgmmaConfig<256> {};
+// The config a problem of head dim D runs, with or without softcap.
+template <int D, bool kSoftcap>
+using BwdWgmmaConfigFor = std::conditional_t<kSoftcap, BwdWgmmaSoftcapConfig<D>, BwdWgmmaConfig<D>>;
 #undef FLASH_BWD_WGMMA_CONFIG_X
 #undef FLASH_BWD_WGMMA_CONFIG
 #undef FLASH_BWD_CONFIG_X
@@ -222,8 +226,10 @@ struct BwdWgmmaLayout {
   static constexpr bool kDqInStage = C::kSplitD, kHasPtTiles = C::kSplitD;
   static constexpr int kK = 0, kV = kTileK, kStage = 2 * kTileK;
   static constexpr int kStageBytes = (2 * kTileQ + 2 * BQ * 4 + 1023) / 1024 * 1024;
-  // dSᵀ / Pᵀ tiles: 64-query panels of BK rows x 128 bytes (the last one partly used).
-  static constexpr int kDsBytes = BQ == 32 ? BK * 64 : (BQ + 63) / 64 * BK * 128;
+  // dSᵀ / Pᵀ tiles [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle, BQ = 32) or
+  // 64-query panels [BQ/64][BK][64] of 128-byte rows (128-byte swizzle; the last partly used).
+  static constexpr int kDsRowBytes = BQ == 32 ? 64 : 128, kDsPanelBytes = BK * kDsRowBytes;
+  static constexpr int kDsBytes = (BQ * 2 + kDsRowBytes - 1) / kDsRowBytes * kDsPanelBytes;
   static constexpr int kDs = kStage + kStages * kStageBytes;
   // kSplitD: Pᵀ tiles too (dV reads Pᵀ from shared memory).
   static constexpr int kPt = kDs + kDsTiles * kDsBytes;
@@ -275,13 +281,13 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
 // (bwd_wgmma_usable): BwdWgmmaSoftcapConfig<dim> with softcap, else BwdWgmmaConfig<dim>.
 template <class Fn>
 auto with_wgmma_config(int dim, bool softcap, Fn&& fn) {  // dim: 64, 128 or 256 (else 256)
-  if (softcap)
-    return dim == 64    ? fn(BwdWgmmaSoftcapConfig<64>{})
-           : dim == 128 ? fn(BwdWgmmaSoftcapConfig<128>{})
-                        : fn(BwdWgmmaSoftcapConfig<256>{});
-  return dim == 64    ? fn(BwdWgmmaConfig<64>{})
-         : dim == 128 ? fn(BwdWgmmaConfig<128>{})
-                      : fn(BwdWgmmaConfig<256>{});
+  auto for_dim = [&](auto soft) {
+    constexpr bool kSoftcap = decltype(soft)::value;
+    return dim == 64    ? fn(BwdWgmmaConfigFor<64, kSoftcap>{})
+           : dim == 128 ? fn(BwdWgmmaConfigFor<128, kSoftcap>{})
+                        : fn(BwdWgmmaConfigFor<256, kSoftcap>{});
+  };
+  return softcap ? for_dim(std::true_type{}) : for_dim(std::false_type{});
 }
 
 // Ordered wgmma backward under a mask band: the key-block groups of the dispatch order

@@ -29,10 +29,9 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
     if constexpr (kDim == 64 || kDim == 128 || kDim == 256) {
       if (p.wgmma && p.f.softcap > 0.f)
-        launch_bwd_wgmma<T, BwdWgmmaSoftcapConfig<kDim>, true>(p, batch, lse, delta, rows_pad,
-                                                               stream);
+        launch_bwd_wgmma<T, kDim, true>(p, batch, lse, delta, rows_pad, stream);
       else if (p.wgmma)
-        launch_bwd_wgmma<T, BwdWgmmaConfig<kDim>, false>(p, batch, lse, delta, rows_pad, stream);
+        launch_bwd_wgmma<T, kDim, false>(p, batch, lse, delta, rows_pad, stream);
       else
         launch_bwd_kv<T, BwdKvConfig<kDim>>(p, batch, lse, delta, rows_pad, stream);
     } else {

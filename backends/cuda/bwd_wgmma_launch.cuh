@@ -11,14 +11,12 @@
 
 namespace flash::cuda {
 
-// C: the config the problem runs (with_wgmma_config), kSoftcap: whether it has a softcap.
-template <class T, class C, bool kSoftcap>
+// kSoftcap: whether the problem has a softcap; it runs BwdWgmmaConfigFor<kDim, kSoftcap>, the
+// config the host plan took (with_wgmma_config).
+template <class T, int kDim, bool kSoftcap>
 void launch_bwd_wgmma(const BwdParams& params, int batch, const float* lse2, const float* delta,
                       int rows_pad, cudaStream_t stream) {
-  static_assert(
-      std::is_same_v<
-          C, std::conditional_t<kSoftcap, BwdWgmmaSoftcapConfig<C::kDim>, BwdWgmmaConfig<C::kDim>>>,
-      "the config with_wgmma_config picks for this softcap setting");
+  using C = BwdWgmmaConfigFor<kDim, kSoftcap>;
   // Q and dO maps over [batch, seqlen_q, heads_q, dim] (their pointers and strides are
   // 16-byte aligned: cuda_backend.cu checks before any backward).
   const FwdParams& f = params.f;

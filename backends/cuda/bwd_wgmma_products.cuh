@@ -34,9 +34,8 @@ struct BwdWgmmaProducts {
   static_assert(kQueriesPerWg % 16 == 0 && kColsPerWg % 64 == 0,
                 "whole k16 steps of Pᵀ; whole 64-column atoms");
   static constexpr int KS = BQ / 16;  // k16 steps of dV / dK
-  // dSᵀ tile [BK keys][BQ queries]: rows of 64 bytes (64-byte swizzle) or, in panels of 64
-  // queries ([BQ/64][BK][64], as K / V hold D), 128 bytes (128-byte swizzle).
-  static constexpr int kDsRowBytes = BQ == 32 ? 64 : 128, kDsPanelBytes = BK * kDsRowBytes;
+  // dSᵀ / Pᵀ tile geometry (BwdWgmmaLayout: 64-byte rows or 64-query panels).
+  static constexpr int kDsRowBytes = L::kDsRowBytes, kDsPanelBytes = L::kDsPanelBytes;
   static constexpr uint32_t kDsSwizzle = BQ == 32 ? kGmmaSwizzle64 : kGmmaSwizzle128;
   using Acc = float[kQueriesPerWg / 2];  // an Sᵀ / dPᵀ accumulator, this thread's part
   using ColsAcc = float[kColsPerWg / 2];
