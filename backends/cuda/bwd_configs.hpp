@@ -160,6 +160,8 @@ static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs 
     static constexpr int kMinBlocks = MINB;                                                     \
     /* REGS: K / V rows as register A operands of Sᵀ / dPᵀ (see below) */                   \
     static constexpr bool kKvInRegs = REGS;                                                     \
+    /* the mask-free test of a warp's query tiles on two row bounds (see below) */              \
+    static constexpr bool kMaskRowBounds = BQ == 128;                                           \
     static constexpr int kMmaThreads = WG * 128, kThreads = kMmaThreads + 128; /* + dQ */       \
     static constexpr const char* kName = REGS ? "wgmma_bwd_d" #D "_wg" #WG "_q" #BQ "_b" #MINB  \
                                                 "_rs"                                           \
@@ -177,6 +179,11 @@ static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs 
 // it and kept its K and V rows in registers (32 registers; +3-7 %, H100, session 19). Softcap
 // at D = 64 still runs that tile: on the 128-row one the tanh spills (300 bytes; 1.24-1.27x
 // slower, session 37). With 128-row tiles plain D = 64 spills too with them (1.55-1.65x).
+// kMaskRowBounds: which query tiles skip the per-element masks, tested per step either on
+// mask.cuh's rows_seeing_all_keys for the warp's 16 keys (two bounds held over the walk) or
+// with tile_fully_visible (64-bit sums, which ptxas hoists and spills). H200, session 38, bf16,
+// 2k-16k: the bounds 1.6-4.1 % faster on D 64's 128-query tile, 2-4 % slower on D 128's
+// 64-query tile (the two registers move its spill reloads into the step).
 #ifndef FLASH_BWD_WGMMA_TUNE_64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 128, 1, false
 #endif

@@ -44,8 +44,8 @@
 // Tolerance class: f32 accumulation; P and dS rounded to the input dtype before the three
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k, interleaved
-// with torch in one process): of cuDNN D = 64 0.98-1.05 (session 37), D = 128 0.88-0.98, D = 256
-// 1.02-1.15 (session 31); 1.5-1.9x torch's FlashAttention-2. What changed what, session by session
+// with torch in one process): of cuDNN D = 64 1.01-1.08, D = 128 0.94-0.96, D = 256 1.02-1.15
+// (session 38); 1.6-1.9x torch's FlashAttention-2. What changed what, session by session
 // (the loader warps, the dQ warpgroup, the ping-pong order, ...): bench/RESULTS.md. How to run:
 // tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
@@ -171,6 +171,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   const int k0 = kv_block * BK;
   const int kw0 = k0 + key_warp * 16;  // this warp's first key row
+  // C::kMaskRowBounds: the query rows that see all 16 of this warp's keys, whose tiles skip the
+  // per-element masks, as two bounds held for the whole walk (bwd_configs.hpp).
+  const RowInterval full_rows = rows_seeing_all_keys(mask, kw0, kw0 + 15);
 
   const RowRange rows = bwd_visible_rows(mask, k0, min(k0 + BK, skv) - 1);
   const int qt_begin = rows.begin / BQ;
@@ -316,7 +319,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         }
       }
     };
-    if (tile_fully_visible(mask, q0, q0 + kQueriesPerWg - 1, kw0, kw0 + 15))
+    const bool fully_visible =
+        C::kMaskRowBounds ? full_rows.holds(q0, q0 + kQueriesPerWg - 1)
+                          : tile_fully_visible(mask, q0, q0 + kQueriesPerWg - 1, kw0, kw0 + 15);
+    if (fully_visible)
       grads(std::false_type{});
     else
       grads(std::true_type{});

@@ -47,6 +47,30 @@ __host__ __device__ inline bool tile_fully_visible(const MaskParams& m, int row_
   return key_first >= lo && key_last <= hi;
 }
 
+// Rows [lo, hi] that see every key of [key_first, key_last] (lo > hi: none), as two ints: a
+// loop over row tiles against fixed keys then tests a tile with two compares (the answer of
+// tile_fully_visible, which keeps four 64-bit sums and the key count).
+struct RowInterval {
+  int lo, hi;
+  __host__ __device__ bool holds(int row_first, int row_last) const {
+    return row_first >= lo && row_last <= hi;
+  }
+};
+__host__ __device__ inline RowInterval rows_seeing_all_keys(const MaskParams& m, int key_first,
+                                                            int key_last) {
+  if (key_last >= m.seqlen_kv) return {INT32_MAX, INT32_MIN};
+  if (!m.bounded) return {INT32_MIN, INT32_MAX};
+  // Row i sees key j iff j - i - offset ∈ [-left, right] (key_visible), for every key of the
+  // range iff i ∈ [key_last - offset - right, key_first - offset + left].
+  const int64_t lo = (int64_t)key_last - m.diag_offset - m.right;
+  const int64_t hi = (int64_t)key_first - m.diag_offset + m.left;
+  // Clamped to int: rows are ints, so a bound past either end keeps the same rows.
+  auto clamp = [](int64_t x) {
+    return (int)(x < INT32_MIN ? (int64_t)INT32_MIN : x > INT32_MAX ? (int64_t)INT32_MAX : x);
+  };
+  return {clamp(lo), clamp(hi)};
+}
+
 __host__ __device__ inline bool key_visible(const MaskParams& m, int row, int key) {
   if (key >= m.seqlen_kv) return false;
   if (!m.bounded) return true;
