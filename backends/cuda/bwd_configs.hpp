@@ -183,7 +183,8 @@ static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs 
 // mask.cuh's rows_seeing_all_keys for the warp's 16 keys (two bounds held over the walk) or
 // with tile_fully_visible (64-bit sums, which ptxas hoists and spills). H200, session 38, bf16,
 // 2k-16k: the bounds 1.6-4.1 % faster on D 64's 128-query tile, 2-4 % slower on D 128's
-// 64-query tile (the two registers move its spill reloads into the step).
+// 64-query tile (the two registers move its spill reloads into the step), 3-4 % slower on
+// D 64's softcap tile under a causal mask (1 % faster without one).
 #ifndef FLASH_BWD_WGMMA_TUNE_64
 #define FLASH_BWD_WGMMA_TUNE_64 2, 128, 1, false
 #endif
