@@ -19,7 +19,9 @@
 // S(i) is issued before P(i-1)·V(i-1), so the softmax of S(i) runs while that product
 // is on the tensor cores; the consumers' products and softmaxes also interleave on the
 // SM (an explicit ping-pong between them, named-barrier turns, measured neutral four times,
-// the last in session 27 with the staged epilogue: bench/RESULTS.md).
+// the last in session 27 with the staged epilogue: bench/RESULTS.md). On the 128-key band
+// tile the consumers take turns for the exponent loops alone (Dv::kExpTurns: their MUFU
+// phases never overlap; +1-5 % on causal 1k-4k, session 41).
 // A work tile whose keys end within the first kNarrowKeys keys of its last K/V tile runs
 // that tile's softmax and P·V narrow (tile_configs.hpp). O is divided by the row sum once at
 // the end and leaves through shared memory (dense O): stmatrix into a buffer of its own
@@ -349,6 +351,19 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const int ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
   const int g = lane / 4, tig = lane % 4;
   PhaseClock clk(ct == 0, c);
+  // Exponent turns (Dv::kExpTurns, tile_configs.hpp): consumer c runs each softmax's exponent
+  // loop only on its turn (named barrier kTurnBarrier0 + c, both consumers' 256 threads) and
+  // passes the turn on once the loop is issued. Invariant: both consumers run the same number
+  // of softmaxes (every work tile's K/V steps are the same for both; an idle consumer takes
+  // and passes one turn per step), so the turns alternate strictly; consumer 1 passes one
+  // first, consumer 0 takes that pass's match when it leaves.
+  const auto turn_take = [&] {
+    if constexpr (Dv::kExpTurns) named_barrier_sync(kTurnBarrier0 + c, 2 * 128);
+  };
+  const auto turn_pass = [&] {
+    if constexpr (Dv::kExpTurns) named_barrier_arrive(kTurnBarrier0 + (1 - c), 2 * 128);
+  };
+  if (Dv::kExpTurns && c == 1) turn_pass();
 
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
@@ -503,6 +518,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const bool ffma_exp = __all_sync(0xffffffffu, fabsf(max_used[0] * mult) <= kFfmaExpBound &&
                                                       fabsf(max_used[1] * mult) <= kFfmaExpBound);
     float sum[2] = {0.f, 0.f};
+    turn_take();
     if (ffma_exp) {
       const float neg_max[2] = {-max_used[0] * mult, -max_used[1] * mult};
 #pragma unroll
@@ -522,6 +538,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           sum[e / 2] += s_w[0][nt][e];
         }
     }
+    turn_pass();
     // A narrow tile's other columns get p = 0 (P is packed full width: the same register
     // flow on both paths).
 #pragma unroll
@@ -567,6 +584,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     if (t < 0) {
       release_o_stage();
       if (kTmaStoreO && ct == 0) bulk_wait_all();  // the O stores are done
+      if (Dv::kExpTurns && c == 0) turn_take();    // consumer 1's first pass
       break;
     }
     sp = span_of(t);
@@ -592,6 +610,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       release_o_stage();
       if (n_tiles > 0) mbar_arrive(empty_q(c));
       for (int i = 0; i < n_tiles; ++i) {
+        turn_take();  // the turn of the other consumer's softmax i
+        turn_pass();
         mbar_wait(full_k(stage_of(i)), parity_of(i));
         mbar_arrive(empty_k(stage_of(i)));
         mbar_wait(full_v(stage_of(i)), parity_of(i));

@@ -55,6 +55,9 @@ __device__ __forceinline__ FwdWorkTile fwd_work_tile(const FwdTmaParams& tp, int
 // Named barrier of consumer c's own 128 threads (the exact-path vote, the O staging; 0 is
 // __syncthreads').
 constexpr int kConsumerBarrier0 = 1;
+// Named barrier of consumer c's exponent turn (both consumers' threads; after the consumers'
+// own barriers, at most three).
+constexpr int kTurnBarrier0 = kConsumerBarrier0 + 3;
 // Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
 // (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
 // FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).

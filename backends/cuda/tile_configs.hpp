@@ -223,6 +223,18 @@ constexpr int kFwdNarrowKeys<FwdWgmmaConfig<128>> = FLASH_FWD_WGMMA_NARROW_128;
 template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<192>> = FLASH_FWD_WGMMA_NARROW_192;
 
+// Exponent turns (fwd_wgmma_kernel.cuh): the two consumer warpgroups run the exponent loops
+// of their softmaxes one after the other (a named-barrier turn, cuDNN's forward order), so
+// that their MUFU.EX2 phases, which share each SM sub-partition's exponent unit, never
+// overlap. On the 128-key band tile (H200, session 41, interleaved with cuDNN in one process,
+// D 128 causal, bf16 / f16): 1k 0.86 / 0.85 -> 0.89 / 0.89 of cuDNN, 2k 0.96 / 0.95 -> 0.98 /
+// 0.97, 4k 1.01 / 1.01 -> 1.02 / 1.02; unmasked 1k / 2k unchanged. On the 192-key D 128 tile
+// the same turns measured 0-2 % slower (4k / 16k): off there, and on the tiles not measured.
+template <class C>
+constexpr bool kFwdExpTurns = false;
+template <>
+constexpr bool kFwdExpTurns<FwdWgmmaBandConfig<128>> = true;
+
 template <class C>
 struct FwdWgmmaDerived {
   static constexpr int kConsumers = C::kConsumers;  // warpgroups of kConsumerRows query rows
@@ -288,6 +300,8 @@ struct FwdWgmmaDerived {
                 "a paged K/V tile is whole boxes, one per lane of the producer warp");
   static_assert(kConsumerRegs >= 128, "room for the S and O accumulators");
   static constexpr int kNarrowKeys = kFwdNarrowKeys<C>;
+  static constexpr bool kExpTurns = kFwdExpTurns<C>;
+  static_assert(!kExpTurns || kConsumers == 2, "exponent turns pass between two consumers");
   static_assert(kNarrowKeys == 0 || (kNarrowKeys % 16 == 0 && kNarrowKeys < C::kBlockN),
                 "the narrow last tile is whole k16 steps of P·V, narrower than the tile");
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
