@@ -4,8 +4,12 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "reference/naive.hpp"
+#include "reference/reference.hpp"
 #include "support/cases.hpp"
+#include "support/compare.hpp"
 #include "support/sanitized.hpp"
 #include "support/targets.hpp"
 
@@ -129,6 +133,17 @@ TEST_P(Edge, NonFiniteValueReachesOnlyTheRowsThatSeeIt) {
           v.set(0, kKey, 0, kCol, poison);
           o.poison();
           on_target([&] { attention(d, q.data(), k.data(), v.data(), o.data()); });
+          // Every other element is what the same inputs give with the poisoned one zeroed
+          // (it reaches only column kCol of the rows that see its key): the rows' values, not
+          // only their finiteness, so that a wrong exact path fails here.
+          HostTensor v_zeroed = v;
+          v_zeroed.set(0, kKey, 0, kCol, 0.0);
+          const flash_problem problem = resolve(d, q, k, v_zeroed, o);
+          const reference::ForwardResult ref =
+              reference::forward(problem, q.data(), k.data(), v_zeroed.data());
+          const reference::ForwardResult naive =
+              reference::naive_forward(problem, q.data(), k.data(), v_zeroed.data());
+          std::vector<double> got = o.to_packed();  // [row, head, column]
           int wrong = 0;
           for (int64_t i = 0; i < kRows; ++i) {
             const bool sees = kKey <= i && (band.causal || kKey >= i - band.left);
@@ -139,8 +154,12 @@ TEST_P(Edge, NonFiniteValueReachesOnlyTheRowsThatSeeIt) {
                   ADD_FAILURE() << "row " << i << " head " << h << " column " << dd << ": "
                                 << o.get(0, i, h, dd) << (sees ? " (sees" : " (does not see")
                                 << " key " << kKey << ")";
+                const size_t at = static_cast<size_t>((i * 2 + h) * dim + dd);
+                if (sees && dd == kCol) got[at] = ref.o[at];  // checked non-finite above
               }
           }
+          const Verdict verdict = compare("o", got, ref.o, naive.o, dtype);
+          EXPECT_TRUE(verdict.pass) << verdict.detail;
         }
 }
 

@@ -38,13 +38,9 @@
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
-// Measured (H200, bf16 / f16, FlashAttention's shapes, interleaved with torch in one process):
-// of cuDNN at S >= 4k 0.93-1.21 (session 34); D 128 non-causal 4k 0.98 / 0.97 bf16 / f16, 16k
-// 1.03; 1.1-3.0x torch's FlashAttention-2. The split tail (the last partial round of unmasked
-// tiles as one key range per block, fwd_tail_split.cuh) +2-7 % at 16k, taken where it pays.
-// What changed what (ping-pong four times neutral, a tile's last P·V carried into the next one
-// 1-8 % slower, FMA-pipe exponents 4-18 % slower, K/V multicast to block pairs neutral, S in
-// two parts serialised by ptxas, ...): bench/RESULTS.md.
+// Measured (H200, FlashAttention's shapes, interleaved with torch in one process): of cuDNN at
+// S >= 4k 0.93-1.21 (D 128: 4k 0.98 / 0.99 bf16 / f16, causal 1.02, 16k 1.04-1.10; session
+// 41); 1.1-3.0x torch's FlashAttention-2. What changed what: bench/RESULTS.md.
 // Run: FLASH_LOG=1 names wgmma_fwd_*;
 // FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
@@ -351,19 +347,9 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
   const int ct = tid % 128, warp_in_wg = ct / 32, lane = ct % 32;
   const int g = lane / 4, tig = lane % 4;
   PhaseClock clk(ct == 0, c);
-  // Exponent turns (Dv::kExpTurns, tile_configs.hpp): consumer c runs each softmax's exponent
-  // loop only on its turn (named barrier kTurnBarrier0 + c, both consumers' 256 threads) and
-  // passes the turn on once the loop is issued. Invariant: both consumers run the same number
-  // of softmaxes (every work tile's K/V steps are the same for both; an idle consumer takes
-  // and passes one turn per step), so the turns alternate strictly; consumer 1 passes one
-  // first, consumer 0 takes that pass's match when it leaves.
-  const auto turn_take = [&] {
-    if constexpr (Dv::kExpTurns) named_barrier_sync(kTurnBarrier0 + c, 2 * 128);
-  };
-  const auto turn_pass = [&] {
-    if constexpr (Dv::kExpTurns) named_barrier_arrive(kTurnBarrier0 + (1 - c), 2 * 128);
-  };
-  if (Dv::kExpTurns && c == 1) turn_pass();
+  // Exponent turns (fwd_wgmma_params.cuh): consumer 1 passes the first one.
+  const FwdExpTurns<Dv::kExpTurns> turns{c};
+  turns.start();
 
   const bool use_softcap = p.softcap > 0.f;
   const float mult = use_softcap ? kLog2e : p.scale * kLog2e;
@@ -518,7 +504,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const bool ffma_exp = __all_sync(0xffffffffu, fabsf(max_used[0] * mult) <= kFfmaExpBound &&
                                                       fabsf(max_used[1] * mult) <= kFfmaExpBound);
     float sum[2] = {0.f, 0.f};
-    turn_take();
+    turns.take();
     if (ffma_exp) {
       const float neg_max[2] = {-max_used[0] * mult, -max_used[1] * mult};
 #pragma unroll
@@ -538,7 +524,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
           sum[e / 2] += s_w[0][nt][e];
         }
     }
-    turn_pass();
+    turns.pass();
     // A narrow tile's other columns get p = 0 (P is packed full width: the same register
     // flow on both paths).
 #pragma unroll
@@ -584,7 +570,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     if (t < 0) {
       release_o_stage();
       if (kTmaStoreO && ct == 0) bulk_wait_all();  // the O stores are done
-      if (Dv::kExpTurns && c == 0) turn_take();    // consumer 1's first pass
+      turns.finish();                              // consumer 1's first pass
       break;
     }
     sp = span_of(t);
@@ -610,8 +596,8 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
       release_o_stage();
       if (n_tiles > 0) mbar_arrive(empty_q(c));
       for (int i = 0; i < n_tiles; ++i) {
-        turn_take();  // the turn of the other consumer's softmax i
-        turn_pass();
+        turns.take();  // the turn of the other consumer's softmax i
+        turns.pass();
         mbar_wait(full_k(stage_of(i)), parity_of(i));
         mbar_arrive(empty_k(stage_of(i)));
         mbar_wait(full_v(stage_of(i)), parity_of(i));

@@ -10,6 +10,7 @@
 #include "fwd_tail_split.cuh"
 #include "kernel_params.hpp"
 #include "phase_trace.cuh"
+#include "tma_ops.cuh"
 #include "work_tile_order.cuh"
 
 namespace flash::cuda {
@@ -58,6 +59,30 @@ constexpr int kConsumerBarrier0 = 1;
 // Named barrier of consumer c's exponent turn (both consumers' threads; after the consumers'
 // own barriers, at most three).
 constexpr int kTurnBarrier0 = kConsumerBarrier0 + 3;
+
+// Exponent turns of two consumers (FwdWgmmaDerived::kExpTurns, tile_configs.hpp): consumer c
+// runs each softmax's exponent loop only on its turn (take: named barrier kTurnBarrier0 + c,
+// both consumers' 256 threads) and passes the turn on once the loop is issued. Invariant: both
+// consumers run the same number of softmaxes (every work tile's K/V steps are the same for
+// both; an idle consumer takes and passes one turn per step), so the turns alternate
+// strictly; consumer 1 passes one first (start), consumer 0 takes that pass's match when it
+// leaves (finish). kOn = false: every call is empty.
+template <bool kOn>
+struct FwdExpTurns {
+  int c;  // this consumer (0 or 1), warp-uniform
+  __device__ __forceinline__ void take() const {
+    if constexpr (kOn) named_barrier_sync(kTurnBarrier0 + c, 2 * 128);
+  }
+  __device__ __forceinline__ void pass() const {
+    if constexpr (kOn) named_barrier_arrive(kTurnBarrier0 + (1 - c), 2 * 128);
+  }
+  __device__ __forceinline__ void start() const {
+    if (c == 1) pass();
+  }
+  __device__ __forceinline__ void finish() const {
+    if (c == 0) take();
+  }
+};
 // Largest |row max · scale · log2 e| for which the softmax takes the one-FFMA exponent
 // (the rounding of max·mult then moves p by at most 2⁻¹⁶ relative). The variant build
 // FLASH_FWD_WGMMA_EXACT_EXP=1 turns the FFMA form off (A/B).
