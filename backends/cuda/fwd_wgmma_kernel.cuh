@@ -11,28 +11,22 @@
 // "empty" one (every consumer done with it); each consumer's rows of Q have a full / empty
 // pair of their own, so a consumer starts its next work tile without waiting for the others'
 // last S.
-// The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma with both
-// operands in shared memory (m64 x kBlockN), the online softmax on the accumulators
-// (fwd_tile_ops.cuh: exact exponent form, softcap, mask only on boundary tiles), then
-// O += P·V on wgmma with P from registers (the S accumulators of n8 blocks 2kk, 2kk+1
-// are A fragment kk) and V as an MN-major shared-memory operand. Inside a warpgroup,
-// S(i) is issued before P(i-1)·V(i-1), so the softmax of S(i) runs while that product
-// is on the tensor cores; the consumers' products and softmaxes also interleave on the
-// SM (an explicit ping-pong between them, named-barrier turns, measured neutral four times,
-// the last in session 27 with the staged epilogue: bench/RESULTS.md). On the 128-key band
-// tile the consumers take turns for the exponent loops alone (Dv::kExpTurns: their MUFU
-// phases never overlap; +1-5 % on causal 1k-4k, session 41).
+// The other warpgroups consume 64 query rows each: S = Q·Kᵀ on wgmma (m64 x kBlockN, both
+// operands in shared memory), the online softmax on the accumulators (fwd_tile_ops.cuh; masks
+// only on boundary tiles), then O += P·V on wgmma with P from registers (S's n8 blocks 2kk,
+// 2kk+1 are A fragment kk) and V as an MN-major shared-memory operand. S(i) is issued before
+// P(i-1)·V(i-1), so the softmax of S(i) runs under that product; the consumers interleave on
+// the SM by themselves (an explicit ping-pong measured neutral: bench/RESULTS.md), taking
+// turns only for the exponent loops on the 128-key band tile (Dv::kExpTurns).
 // A work tile whose keys end within the first kNarrowKeys keys of its last K/V tile runs
-// that tile's softmax and P·V narrow (tile_configs.hpp). O is divided by the row sum once at
-// the end and leaves through shared memory (dense O): stmatrix into a buffer of its own
-// (D 64) or into the stage of the tile's last K tile once every consumer's last S has read
-// it (the producer reloads that stage only after an "O read" mbarrier), then one TMA store
-// per 64-column atom (the sequence kernels: 16-byte stores of the threads, a box would run
-// into the next packed sequence). lse = ln Σ exp is written when asked.
-// Tiles outside the causal / window band are never loaded. Packed batches and cache
-// lengths narrow each work tile to its sequence (sequence.cuh); a paged cache (prefill
-// against a block table) has the producer warp load each K/V tile as kPagedBoxRows-row
-// boxes, lane l the box of rows 8l.. from its own page, the consumers unchanged.
+// that tile's softmax and P·V narrow (tile_configs.hpp). O is divided by the row sum at the
+// end and leaves through shared memory: stmatrix into a buffer of its own (D 64) or into the
+// tile's last K stage once every consumer's last S has read it (an "O read" mbarrier holds the
+// producer), then one TMA store per 64-column atom (sequence kernels: 16-byte thread stores).
+// lse = ln Σ exp is written when asked. Tiles outside the causal / window band are never
+// loaded; packed batches and cache lengths narrow each work tile to its sequence
+// (sequence.cuh); a paged cache has the producer warp load each K/V tile as kPagedBoxRows-row
+// boxes, lane l the box of rows 8l.. from its own page.
 //
 // Tolerance class: f32 accumulation; P rounded to the input dtype before P·V (as the
 // mma.sync kernels and FlashAttention). A boundary tile whose V holds a NaN or inf takes
