@@ -244,7 +244,9 @@ struct BwdWgmmaLayout {
   static constexpr int kDq = kPt + (kHasPtTiles ? kDsTiles * kDsBytes : 0);
   // dQ rows padded by 4 floats: the dQᵀ fragment stores (8 d-rows x 4 pairs of q) then
   // spread over all 32 banks (the mma.sync kernel's float2 stores prefer 8); measured
-  // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22).
+  // 2-3% faster than 8 (bench/RESULTS.md, 2026-11-22). A transposed tile ([d][q], float2
+  // stores: half the instructions, the same bytes) measured the same at D 128 (session 43):
+  // what the staging costs is shared-memory bandwidth.
   // Two dQ staging tiles: the MMA warps may run one step ahead of the copy engine's read
   // (four at D = 64 measured the same as two, 2026-11-26); kDqInStage: the two stages.
   static constexpr int kDqRowFloats = D + 4, kDqStages = 2;

@@ -204,7 +204,10 @@ constexpr int kPagedBoxRows = 8;
 // (remainders of 64 keys at 4k and 16k), the 128-key D 64 tile (causal diagonals) and the
 // 112-key D 192 tile have one; each is a second copy of the softmax and of the last P·V.
 // (32 of the 80-key D 256 tile: +1 % at 1k, -1 to -8 % at 16k where it is never taken,
-// through the kernel's spills; not kept, bench/RESULTS.md.)
+// through the kernel's spills; not kept, bench/RESULTS.md.) It stays the last tile: visited
+// first (its short softmax then the work tile's unhidden first one, its P·V full width)
+// measured 1-5 % slower at 4k, and its S narrow on an accumulator of its own serialises the
+// products (C7515; session 43).
 #ifndef FLASH_FWD_WGMMA_NARROW_64
 #define FLASH_FWD_WGMMA_NARROW_64 64
 #endif
