@@ -122,8 +122,9 @@ struct BwdKvDerived {
   static_assert(kSmemBytes <= 227 * 1024, "fits an sm_90 block");
 };
 
-// sm_90a backward (bwd_wgmma_kernel.cuh), head dims 64, 128 and 256 (other dims and sm_80:
-// the mma.sync kernel above): kWarpGroups warpgroups per block own kBlockKV = 64·kWarpGroups
+// sm_90a backward (bwd_wgmma_kernel.cuh), configs for head dims 64, 96, 128, 192 and 256 (96 and
+// 192: the 128 and 256 tiles with the products cut to their columns; other dims and sm_80: the
+// mma.sync kernel above): kWarpGroups warpgroups per block own kBlockKV = 64·kWarpGroups
 // keys (wgmma's m64 each; kSplitD: 64 shared keys); query tiles of kBlockQ rows (a multiple of
 // 16; dSᵀ tiles in 64-query panels, 32 in one 64-byte panel). kMinBlocks per SM caps the
 // registers (dK, dV: D/2 each per thread). Past D = 128 that is more than a thread has (kSplitD):
@@ -151,11 +152,19 @@ constexpr int kBwdLaunchRegs = 65536 / (3 * 128) / 8 * 8;
 constexpr int kBwdWgmmaMaxOwnKeysDim = 128;
 static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs - kBwdDqWarpRegs),
               "setmaxnreg.inc takes only registers that setmaxnreg.dec released");
+// D: the widest head dim the config runs. Its tiles are kDim wide: D rounded up to whole
+// 64-column atoms, past kBwdWgmmaMaxOwnKeysDim to one atom per warpgroup (kSplitD's column
+// halves); the products run over the kUsedDim = D columns that can be non-zero only (D = 96:
+// Sᵀ / dPᵀ over 6 k16 steps instead of 8, dK / dV n96 instead of n128, a dQ row of 96 + 4 floats).
 #define FLASH_BWD_WGMMA_CONFIG(TEMPLATE, D, WG, BQ, MINB, REGS)                                 \
   template <>                                                                                   \
   struct TEMPLATE<D> {                                                                          \
-    static constexpr int kDim = D, kWarpGroups = WG, kBlockQ = BQ;                              \
-    static constexpr bool kSplitD = D > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */            \
+    static constexpr int kDim = D <= kBwdWgmmaMaxOwnKeysDim                                     \
+                                    ? (D + 63) / 64 * 64                                        \
+                                    : (D + 64 * WG - 1) / (64 * WG) * (64 * WG);                \
+    static constexpr int kUsedDim = D;                                                          \
+    static constexpr int kWarpGroups = WG, kBlockQ = BQ;                                        \
+    static constexpr bool kSplitD = kDim > kBwdWgmmaMaxOwnKeysDim; /* shared 64 keys */         \
     static constexpr int kBlockKV = kSplitD ? 64 : 64 * WG;                                     \
     static constexpr int kMinBlocks = MINB;                                                     \
     /* REGS: K / V rows as register A operands of Sᵀ / dPᵀ (see below) */                   \
@@ -194,18 +203,37 @@ static_assert(2 * 128 * (kBwdMmaRegs - kBwdLaunchRegs) == 128 * (kBwdLaunchRegs 
 #ifndef FLASH_BWD_WGMMA_TUNE_128
 #define FLASH_BWD_WGMMA_TUNE_128 2, 64, 1, false
 #endif
+// D = 96 (also 72 .. 96): the 128 tile's shape with the products cut to 96 columns (a fifth
+// less tensor work, dK / dV in 96 registers instead of 128): 0.86-0.88x the time of the 128
+// config it ran on before (H200, session 44, bf16 2k-16k, causal and not).
+#ifndef FLASH_BWD_WGMMA_TUNE_96
+#define FLASH_BWD_WGMMA_TUNE_96 FLASH_BWD_WGMMA_TUNE_128
+#endif
 // D = 256 (kSplitD): 64 keys, 64-query tiles; the dQ staging tile lives in the step's Q / dO
 // stage once dK / dV have read it (BwdWgmmaLayout::kDqInStage: no room for both).
 #ifndef FLASH_BWD_WGMMA_TUNE_256
 #define FLASH_BWD_WGMMA_TUNE_256 2, 64, 1, false
 #endif
+// D = 192 (also 136 .. 192; DeepSeek's 192 / 128): the 256 tile's shape, Sᵀ / dPᵀ over 12 k16
+// steps instead of 16 and a dQ row of 192 + 4 floats (dK / dV / dQᵀ stay 128 columns per
+// warpgroup: whole 64-column atoms each): 0.77-0.90x the time of the 256 config (192 / 128:
+// 0.81-0.86x; H200, session 44).
+#ifndef FLASH_BWD_WGMMA_TUNE_192
+#define FLASH_BWD_WGMMA_TUNE_192 FLASH_BWD_WGMMA_TUNE_256
+#endif
 #define FLASH_BWD_WGMMA_CONFIG_X(TEMPLATE, D, ...) FLASH_BWD_WGMMA_CONFIG(TEMPLATE, D, __VA_ARGS__)
 FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 64, FLASH_BWD_WGMMA_TUNE_64)
+FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 96, FLASH_BWD_WGMMA_TUNE_96)
 FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 128, FLASH_BWD_WGMMA_TUNE_128)
+FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 192, FLASH_BWD_WGMMA_TUNE_192)
 FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaConfig, 256, FLASH_BWD_WGMMA_TUNE_256)
 FLASH_BWD_WGMMA_CONFIG_X(BwdWgmmaSoftcapConfig, 64, FLASH_BWD_WGMMA_SOFTCAP_TUNE_64)
 template <>
+struct BwdWgmmaSoftcapConfig<96> : BwdWgmmaConfig<96> {};
+template <>
 struct BwdWgmmaSoftcapConfig<128> : BwdWgmmaConfig<128> {};
+template <>
+struct BwdWgmmaSoftcapConfig<192> : BwdWgmmaConfig<192> {};
 template <>
 struct BwdWgmmaSoftcapConfig<256> : BwdWgmmaConfig<256> {};
 // The config a problem of head dim D runs, with or without softcap.
@@ -249,7 +277,7 @@ struct BwdWgmmaLayout {
   // what the staging costs is shared-memory bandwidth.
   // Two dQ staging tiles: the MMA warps may run one step ahead of the copy engine's read
   // (four at D = 64 measured the same as two, 2026-11-26); kDqInStage: the two stages.
-  static constexpr int kDqRowFloats = D + 4, kDqStages = 2;
+  static constexpr int kDqRowFloats = C::kUsedDim + 4, kDqStages = 2;
   static constexpr int kDqTileBytes = BQ * kDqRowFloats * 4;
   static_assert(!kDqInStage || (kDqStages == kStages && kDqTileBytes <= kStageBytes),
                 "a stage holds its step's dQ staging tile");
@@ -280,8 +308,8 @@ inline bool bwd_forced_mma() {
 inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
   const bool forced_mma = bwd_forced_mma();
 #ifdef FLASHATTN_CUDA_SM90A
-  return !is_f32 && (dim == 64 || dim == 128 || dim == 256) && cc_major == 9 && cc_minor == 0 &&
-         !forced_mma;
+  return !is_f32 && (dim == 64 || dim == 96 || dim == 128 || dim == 192 || dim == 256) &&
+         cc_major == 9 && cc_minor == 0 && !forced_mma;
 #else
   (void)is_f32, (void)dim, (void)cc_major, (void)cc_minor, (void)forced_mma;
   return false;
@@ -290,11 +318,13 @@ inline bool bwd_wgmma_usable(bool is_f32, int dim, int cc_major, int cc_minor) {
 // Calls fn(config{}) with the config a problem of this head dim runs on the wgmma kernel
 // (bwd_wgmma_usable): BwdWgmmaSoftcapConfig<dim> with softcap, else BwdWgmmaConfig<dim>.
 template <class Fn>
-auto with_wgmma_config(int dim, bool softcap, Fn&& fn) {  // dim: 64, 128 or 256 (else 256)
+auto with_wgmma_config(int dim, bool softcap, Fn&& fn) {  // dim: 64, 96, 128, 192, 256 (else 256)
   auto for_dim = [&](auto soft) {
     constexpr bool kSoftcap = decltype(soft)::value;
     return dim == 64    ? fn(BwdWgmmaConfigFor<64, kSoftcap>{})
+           : dim == 96  ? fn(BwdWgmmaConfigFor<96, kSoftcap>{})
            : dim == 128 ? fn(BwdWgmmaConfigFor<128, kSoftcap>{})
+           : dim == 192 ? fn(BwdWgmmaConfigFor<192, kSoftcap>{})
                         : fn(BwdWgmmaConfigFor<256, kSoftcap>{});
   };
   return softcap ? for_dim(std::true_type{}) : for_dim(std::false_type{});

@@ -27,7 +27,7 @@ void launch_backward(const BwdParams& p, int batch, cudaStream_t stream) {
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
     launch_bwd_preprocess<T>(p, batch, lse, delta, rows_pad, kBwdLog2e, stream);
-    if constexpr (kDim == 64 || kDim == 128 || kDim == 256) {
+    if constexpr (kDim == 64 || kDim == 96 || kDim == 128 || kDim == 192 || kDim == 256) {
       if (p.wgmma && p.f.softcap > 0.f)
         launch_bwd_wgmma<T, kDim, true>(p, batch, lse, delta, rows_pad, stream);
       else if (p.wgmma)

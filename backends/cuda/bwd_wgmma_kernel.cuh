@@ -1,5 +1,6 @@
-// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, head dims 64, 128 and 256): dK,
-// dV and dQ in one kernel, the algorithm of bwd_kv_kernel.cuh with warpgroup products.
+// Backward on Hopper tensor cores (sm_90a wgmma; f16 / bf16, tiles 64, 128 and 256 wide, the
+// products cut to 96 / 192 columns for those head dims): dK, dV and dQ in one kernel, the
+// algorithm of bwd_kv_kernel.cuh with warpgroup products.
 //
 // A block is kWarpGroups warpgroups (4 warps each) owning kBlockKV = 64·kWarpGroups keys of
 // one (batch, kv head) (kSplitD, below: 64 keys they share); warpgroup wg holds keys 64wg..,
@@ -45,7 +46,8 @@
 // products (as FlashAttention does), inside the 2x-naive-in-dtype rule.
 // Measured (H200, bf16, FlashAttention's shapes, deterministic, S = 2k / 8k / 16k, interleaved
 // with torch in one process): of cuDNN D = 64 1.01-1.08, D = 128 0.94-0.96, D = 256 1.02-1.15
-// (session 38); 1.6-1.9x torch's FlashAttention-2. What changed what, session by session
+// (session 38), D = 96 1.03-1.11, D = 192 1.08-1.28 (session 44); 1.5-1.9x torch's
+// FlashAttention-2. What changed what, session by session
 // (the loader warps, the dQ warpgroup, the ping-pong order, ...): bench/RESULTS.md. How to run:
 // tests/cuda/device_bwd.sh; layouts checked by tests/cuda/wgmma_check.
 #pragma once
@@ -370,13 +372,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if constexpr (!L::kDqInStage) wait_dq_tile_read(t.step);
     clk.mark(kBwdPhDqTileWait);
 #pragma unroll
-    for (int i = 0; i < kHalves; ++i)
+    for (int i = 0; i < kHalves; ++i) {
+      // Rows of D past the used columns are zero and have no place in the tile (warp-uniform).
+      if constexpr (Pr::kUsedDim < D)
+        if (64 * half(i) + wwarp * 16 >= Pr::kUsedDim) continue;
 #pragma unroll
       for (int j = 0; j < kDqN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           stg[(q_first + 8 * j + 2 * tig + (e & 1)) * kDqRow + 64 * half(i) + wwarp * 16 + g +
               (e >= 2 ? 8 : 0)] = dq[i][4 * j + e];
+    }
     bulk_fence_writes();
     mbar_arrive(dq_full(dq_st));
   };

@@ -30,9 +30,13 @@ struct BwdWgmmaProducts {
   // dPᵀ for queries wg·kQueriesPerWg.. and dK, dV for columns wg·kColsPerWg.. Otherwise each owns
   // its 64 keys with all queries and all columns.
   static constexpr int kQueriesPerWg = kSplitD ? BQ / C::kWarpGroups : BQ;  // columns of Sᵀ
-  static constexpr int kColsPerWg = kSplitD ? D / C::kWarpGroups : D;       // of dK / dV
-  static_assert(kQueriesPerWg % 16 == 0 && kColsPerWg % 64 == 0,
-                "whole k16 steps of Pᵀ; whole 64-column atoms");
+  // Columns that can be non-zero (C::kUsedDim, a multiple of 16 up to D): the Sᵀ / dPᵀ k16
+  // steps and, with own keys, the width of dK / dV; the tiles past them hold zeros.
+  static constexpr int kUsedDim = C::kUsedDim;
+  static constexpr int kColsPerWg = kSplitD ? D / C::kWarpGroups : kUsedDim;  // of dK / dV
+  static_assert(kQueriesPerWg % 16 == 0 && kUsedDim % 16 == 0 && kUsedDim <= D &&
+                    kColsPerWg % (kSplitD ? 64 : 16) == 0,
+                "whole k16 steps of Pᵀ and of the used columns; kSplitD: whole 64-column atoms");
   static constexpr int KS = BQ / 16;  // k16 steps of dV / dK
   // dSᵀ / Pᵀ tile geometry (BwdWgmmaLayout: 64-byte rows or 64-query panels).
   static constexpr int kDsRowBytes = L::kDsRowBytes, kDsPanelBytes = L::kDsPanelBytes;
@@ -82,7 +86,7 @@ struct BwdWgmmaProducts {
     const uint64_t keys_desc = gmma_desc(keys + wg_rows, 16, 1024, kGmmaSwizzle128);
     const uint64_t queries_desc = gmma_desc(queries + s_q_first * 128, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < kUsedDim / 16; ++kk) {
       const uint32_t off_k = (kk / 4) * BK * 128 + (kk % 4) * 32;
       const uint32_t off_q = (kk / 4) * BQ * 128 + (kk % 4) * 32;
       if constexpr (kKvInRegs)

@@ -56,18 +56,18 @@ inline std::string padding_note(const flash_problem& p, int dim) {
 }
 
 // The backward's tile head dim and whether the wgmma kernel runs it. On the wgmma kernel
-// (bwd_wgmma_usable: sm_90a, f16 / bf16) dims past 32 run on the smallest of its widths
-// (64, 128, 256) that holds both: 96 on 128, 160 and 192 (also 192 / 128) on 256, with zero
-// columns (the forward has a 192 tile, the backward none yet); the mma.sync kernels of their
-// own widths ran them 2.2-3.1x slower (bench/RESULTS.md, session 13). Elsewhere (and for
-// 32): tile_dim on the mma.sync / f32 kernels.
+// (bwd_wgmma_usable: sm_90a, f16 / bf16) dims past 32 run on the smallest of its configs
+// (64, 96, 128, 192, 256) that holds both, with zero columns past them (160 on 192; 96 and 192
+// use the 128 and 256 tiles with their products cut to 96 / 192 columns, bwd_configs.hpp); the
+// mma.sync kernels of their own widths ran 96 and 192 2.2-3.1x slower (bench/RESULTS.md, session
+// 13). Elsewhere (and for 32): tile_dim on the mma.sync / f32 kernels.
 struct BwdTile {
   int dim;
   bool wgmma;
 };
 inline BwdTile bwd_tile(const flash_problem& p, int cc_major, int cc_minor) {
   const int dim = tile_dim(p);
-  const int wide = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+  const int wide = dim <= 64 ? 64 : dim <= 96 ? 96 : dim <= 128 ? 128 : dim <= 192 ? 192 : 256;
   if (dim > 32 && bwd_wgmma_usable(p.dtype == FLASH_F32, wide, cc_major, cc_minor))
     return {wide, true};
   return {dim, false};

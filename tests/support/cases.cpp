@@ -102,6 +102,15 @@ const std::vector<Case>& backward_cases() {
       // register fragments; plain D 64: 128-query tiles; bwd_configs.hpp, BwdWgmmaSoftcapConfig).
       {"s200x257_d64_gqa2_causal_softcap30", 1, 200, 257, 4, 2, 64, 64, true, -1, -1, 30.f, 0,
        Layout::packed, 6},
+      // Head dims 72-96 on the Hopper backward's 96-column config (the 128 tile, products cut to
+      // 96 columns): a causal mask with partial tiles, softcap, and head_dim != head_dim_v.
+      {"s257x200_d96_causal_softcap15", 1, 257, 200, 2, 2, 96, 96, true, -1, -1, 15.f},
+      {"s200x113_d72_dv96_gqa2_window24_8", 1, 200, 113, 4, 2, 72, 96, false, 24, 8},
+      // Head dims 136-192 on the 192-column config (the 256 tile's shared keys, Sᵀ / dPᵀ over
+      // 192 columns): DeepSeek's 192 / 128 under a causal mask, and softcap with bhsd strides.
+      {"s130x170_d192_dv128_gqa2_causal", 1, 130, 170, 4, 2, 192, 128, true},
+      {"s200_d176_dv192_softcap10_bhsd", 1, 200, 200, 2, 2, 176, 192, false, -1, -1, 10.f, 0,
+       Layout::bhsd},
   };
   return cases;
 }
