@@ -105,6 +105,15 @@ bool fwd_band_tile(const flash_problem& p, bool wgmma) {
   return p.seqlen_kv <= (mask_bounded(p) ? kFwdBandTileMaxKeys : kFwdShortTileMaxKeys);
 }
 
+// The head dim of the forward kernel a problem runs: fwd_tile_dim, except that problems of at
+// most 96 columns on the 128-wide tile's regular config run its 96-column config
+// (FwdWgmmaConfig<96>: the products cut to the used columns); the band tile stays 128 wide.
+int fwd_kernel_dim(const flash_problem& p, bool wgmma) {
+  const int dim = fwd_tile_dim(p, wgmma);
+  if (wgmma && dim == 128 && widest_dim(p) <= 96 && !fwd_band_tile(p, wgmma)) return 96;
+  return dim;
+}
+
 // Every switch environment variable checked on every call (choose() runs first in
 // forward / backward / merge), whichever kernel the call takes: a bad value fails even
 // where its knob does not apply, and before any work is queued.
@@ -122,10 +131,11 @@ void validate_switches() {
 }
 
 std::string fwd_config_name(const flash_problem& p, bool wgmma) {
-  const int dim = fwd_tile_dim(p, wgmma);
+  const int dim = fwd_kernel_dim(p, wgmma);
   std::string name;
   if (wgmma)
     name = dim == 64                 ? FwdWgmmaConfig<64>::kName
+           : dim == 96               ? FwdWgmmaConfig<96>::kName
            : fwd_band_tile(p, wgmma) ? FwdWgmmaBandConfig<128>::kName
            : dim == 128              ? FwdWgmmaConfig<128>::kName
            : dim == 192              ? FwdWgmmaConfig<192>::kName
@@ -156,9 +166,11 @@ std::string fwd_config_name(const flash_problem& p, bool wgmma) {
 }
 
 int fwd_smem_bytes(const flash_problem& p, bool wgmma) {
-  if (wgmma) switch (wgmma_tile_dim(p)) {
+  if (wgmma) switch (fwd_kernel_dim(p, wgmma)) {
       case 64:
         return FwdWgmmaDerived<FwdWgmmaConfig<64>>::kSmemBytes;
+      case 96:
+        return FwdWgmmaDerived<FwdWgmmaConfig<96>>::kSmemBytes;
       case 128:
         return fwd_band_tile(p, wgmma) ? FwdWgmmaDerived<FwdWgmmaBandConfig<128>>::kSmemBytes
                                        : FwdWgmmaDerived<FwdWgmmaConfig<128>>::kSmemBytes;
@@ -570,7 +582,7 @@ struct CudaBackend {
       f.pages_per_seq = static_cast<int>(p.pages_per_seq);
       f.num_pages = static_cast<int>(p.num_pages);
     }
-    const int dim = fwd_tile_dim(p, f.wgmma);
+    const int dim = fwd_kernel_dim(p, f.wgmma);
     // The persistent Hopper forward's tile counter and split-tail counters (held until the
     // launch is enqueued).
     LockedBuffer tile_counter;

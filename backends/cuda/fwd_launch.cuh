@@ -19,7 +19,7 @@ void launch_forward(const FwdParams& p, int batch, cudaStream_t stream) {
     launch_fwd_f32<kDim>(p, batch, stream);
   } else {
     using T = std::conditional_t<kDtype == Dtype::f16, __half, __nv_bfloat16>;
-    if constexpr (kDim == 64 || kDim == 128 || kDim == 192 || kDim == 256) {
+    if constexpr (kDim == 64 || kDim == 96 || kDim == 128 || kDim == 192 || kDim == 256) {
       if constexpr (kDim == 128) {
         if (p.wgmma && p.band_tile)
           return launch_fwd_wgmma<T, FwdWgmmaBandConfig<kDim>>(p, batch, stream);

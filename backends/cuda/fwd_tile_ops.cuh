@@ -200,6 +200,7 @@ __device__ __forceinline__ void stage_o_atoms(uint32_t sO, const uint32_t (&pack
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int nt = a * 8 + 2 * j;
+      if (nt >= kOT) break;  // columns past the used ones (never stored: the O map ends there)
       stmatrix_x4(sO + (a - a0) * kOAtomBytes + row * 128 + (((2 * j + chunk) ^ (row % 8)) * 16),
                   packed[nt][0], packed[nt][1], packed[nt + 1][0], packed[nt + 1][1]);
     }

@@ -33,10 +33,10 @@
 // the exact scalar P·V over visible keys (pv_visible_keys_only), so a hidden key's V
 // never reaches a row.
 // Measured (H200, FlashAttention's shapes, interleaved with torch in one process): of cuDNN at
-// S >= 4k 0.93-1.21 (D 128: 4k 0.98 / 0.99 bf16 / f16, causal 1.02, 16k 1.04-1.10; session
-// 41); 1.1-3.0x torch's FlashAttention-2. What changed what: bench/RESULTS.md.
-// Run: FLASH_LOG=1 names wgmma_fwd_*;
-// FLASH_CUDA_FWD=mma forces the mma.sync kernels; tests/cuda/device_hopper.sh (A/B, checks).
+// S >= 4k 0.93-1.23 (D 128: 4k 0.98 / 0.99 bf16 / f16, causal 1.02, 16k 1.04-1.10; session 41;
+// D 96: 1.00-1.23, session 44); 1.1-3.0x torch's FlashAttention-2. What changed what: RESULTS.md.
+// Run: FLASH_LOG=1 names wgmma_fwd_*; FLASH_CUDA_FWD=mma forces the mma.sync kernels;
+// tests/cuda/device_hopper.sh (A/B, checks).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,11 +68,11 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
 #if FLASH_WGMMA_AVAILABLE
   using Dv = FwdWgmmaDerived<C>;
   constexpr int D = C::kDim, BM = Dv::kBlockM, BN = C::kBlockN, ST = C::kStages;
-  constexpr int CR = Dv::kConsumerRows;                   // query rows of one consumer
-  constexpr int NT = BN / 8;                              // n8 blocks of S
-  constexpr int OT = D / 8;                               // n8 blocks of O
-  constexpr int KS = BN / 16;                             // k16 steps of P·V
-  constexpr int kON = D > 128 && D % 128 == 0 ? 128 : D;  // N of one P·V product
+  constexpr int CR = Dv::kConsumerRows;                      // query rows of one consumer
+  constexpr int NT = BN / 8;                                 // n8 blocks of S
+  constexpr int DU = C::kUsedDim, OT = DU / 8;               // columns S, O use (<= D); O's n8s
+  constexpr int KS = BN / 16;                                // k16 steps of P·V
+  constexpr int kON = DU > 128 && DU % 128 == 0 ? 128 : DU;  // N of one P·V product
   constexpr int kConsumerThreads = 128 * Dv::kConsumers;
   const FwdParams& p = tp.p;
 
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     const uint64_t k_desc =
         gmma_desc(sK0 + stage_of(i) * Dv::kTileKVBytes, 16, 1024, kGmmaSwizzle128);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < DU / 16; ++kk)
       wgmma_ss<T, BN, 0, 0>(s_flat, gmma_desc_add(q_desc, (kk / 4) * BM * 128 + (kk % 4) * 32),
                             gmma_desc_add(k_desc, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
   };
@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(FwdWgmmaDerived<C>::kThreads, 1)
     constexpr int kSteps = decltype(width)::value / 16;
     const uint32_t sV = sV0 + stage_of(i) * Dv::kTileKVBytes;
 #pragma unroll
-    for (int part = 0; part < D / kON; ++part) {
+    for (int part = 0; part < DU / kON; ++part) {
       // V as the MN-major B operand: k16 step = 16 key rows (2048 bytes); LBO = the next
       // 64-column atom, BN rows further.
       const uint64_t v_desc =

@@ -114,10 +114,14 @@ struct FwdPairDerived {
 // per K/V tile amortise its loads), two above.
 template <int kDim>
 struct FwdWgmmaConfig;
+// D: the widest head dim the config runs; its tiles are kDim = D rounded up to whole 64-column
+// atoms, and its products run over the kUsedDim = D columns that can be non-zero only (D = 96: S
+// over 6 k16 steps instead of 8, P·V n96 instead of n128, O in 48 registers instead of 64).
 #define FLASH_FWD_WGMMA_CONFIG(TEMPLATE, D, BN, ST, WG)                                   \
   template <>                                                                             \
   struct TEMPLATE<D> {                                                                    \
-    static constexpr int kDim = D, kBlockN = BN, kStages = ST, kConsumers = WG;           \
+    static constexpr int kDim = (D + 63) / 64 * 64, kUsedDim = D;                         \
+    static constexpr int kBlockN = BN, kStages = ST, kConsumers = WG;                     \
     static constexpr const char* kName = "wgmma_fwd_d" #D "_q" #WG "x64_kv" #BN "_s" #ST; \
   };
 // (Stage counts alone may be set by single-value macros: nvcc splits -D values at commas.)
@@ -152,6 +156,11 @@ struct FwdWgmmaConfig;
 #define FLASH_FWD_WGMMA_TUNE_128 \
   FLASH_FWD_WGMMA_KV_128, FLASH_FWD_WGMMA_STAGES_128, FLASH_FWD_WGMMA_CONSUMERS_128
 #endif
+// D = 96 (also 72 .. 96): the D 128 tile, its products cut to 96 columns. Unmasked problems past
+// kFwdShortTileMaxKeys keys run it; the others (the band tile's) stay on the 128-wide band tile.
+#ifndef FLASH_FWD_WGMMA_TUNE_96
+#define FLASH_FWD_WGMMA_TUNE_96 FLASH_FWD_WGMMA_TUNE_128
+#endif
 // D = 256: 80-key tiles (FlashAttention-3's choice): Q 64 KB and two stages of K and V
 // (4 x 40 KB) fill 225 of the 227 KB; +2-12 % over 64-key tiles (bench/RESULTS.md, session 18).
 #ifndef FLASH_FWD_WGMMA_KV_256
@@ -168,6 +177,7 @@ struct FwdWgmmaConfig;
 #endif
 #define FLASH_FWD_WGMMA_CONFIG_X(D, ...) FLASH_FWD_WGMMA_CONFIG(FwdWgmmaConfig, D, __VA_ARGS__)
 FLASH_FWD_WGMMA_CONFIG_X(64, FLASH_FWD_WGMMA_TUNE_64)
+FLASH_FWD_WGMMA_CONFIG_X(96, FLASH_FWD_WGMMA_TUNE_96)
 FLASH_FWD_WGMMA_CONFIG_X(128, FLASH_FWD_WGMMA_TUNE_128)
 FLASH_FWD_WGMMA_CONFIG_X(192, FLASH_FWD_WGMMA_TUNE_192)
 FLASH_FWD_WGMMA_CONFIG_X(256, FLASH_FWD_WGMMA_TUNE_256)
@@ -221,6 +231,8 @@ template <class C>
 constexpr int kFwdNarrowKeys = 0;
 template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<64>> = FLASH_FWD_WGMMA_NARROW_64;
+template <>
+constexpr int kFwdNarrowKeys<FwdWgmmaConfig<96>> = FLASH_FWD_WGMMA_NARROW_128;
 template <>
 constexpr int kFwdNarrowKeys<FwdWgmmaConfig<128>> = FLASH_FWD_WGMMA_NARROW_128;
 template <>
@@ -293,12 +305,14 @@ struct FwdWgmmaDerived {
   static_assert(kConsumers >= 1 && kConsumers <= 3 && kBlockM <= 256,
                 "named barriers 1..3; a TMA box has at most 256 rows");
   static_assert(C::kDim % 64 == 0, "tiles are whole 64-column (128-byte) swizzle atoms");
+  static_assert(C::kUsedDim % 16 == 0 && C::kUsedDim <= C::kDim && C::kUsedDim > C::kDim - 64,
+                "the used columns: whole k16 steps of S, within the tile's last atom");
   static_assert(C::kBlockN % 16 == 0 && C::kBlockN <= 256,
                 "S = Q·Kᵀ is one m64nNk16 chain (N <= 256, whole k16 steps of P·V); a TMA "
                 "box has at most 256 rows");
   static_assert(C::kBlockN * C::kDim * 2 % (16 * 128) == 0,
                 "the V tile splits into whole 16-byte chunks per consumer thread");
-  static_assert(C::kDim <= 128 || C::kDim % 128 == 0 || C::kDim == 192,
+  static_assert(C::kUsedDim <= 128 || C::kUsedDim % 128 == 0 || C::kUsedDim == 192,
                 "P·V in products of N <= 128, or one of N = 192");
   static_assert(C::kStages >= 2, "a ring needs two stages");
   static_assert(C::kBlockN % kPagedBoxRows == 0 && C::kBlockN / kPagedBoxRows <= 32,

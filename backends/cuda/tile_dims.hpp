@@ -36,7 +36,8 @@ inline int tile_dim(const flash_problem& p) {
 // holds both dims. Problems between them (96, 160, DeepSeek's 192 / 128) run there with
 // zero columns rather than on the mma.sync kernel of their own width: at D = 96 that kernel
 // ran at 0.55-0.64 of cuDNN, below torch's FlashAttention-2, and the 128-wide wgmma tile
-// reaches 0.89-1.01 (bench/RESULTS.md, session 12).
+// reaches 0.89-1.01 (bench/RESULTS.md, session 12). Widths up to 96 take the 128 tile's
+// 96-column config where the regular tile runs (cuda_backend.cu, fwd_kernel_dim).
 inline int wgmma_tile_dim(const flash_problem& p) {
   const int64_t need = widest_dim(p);
   return need <= 64 ? 64 : need <= 128 ? 128 : need <= 192 ? 192 : 256;

@@ -68,6 +68,11 @@ const std::vector<Case>& forward_cases() {
       // D 128 (6 K/V steps of 192 keys), five sequences at D 64 (8 steps of 128).
       {"s100x1000_d128_mqa5", 1, 100, 1000, 5, 1, 128, 128},
       {"s100x1000_d64_b5", 5, 100, 1000, 1, 1, 64, 64},
+      // Head dims 72-96 on the Hopper forward's 96-column config (the runs with the band tile
+      // off): GQA with softcap and Sq < Sk (8 work tiles: the tail split on three blocks), a
+      // window with Sq > Sk.
+      {"s200x700_d96_gqa2_softcap20", 1, 200, 700, 4, 2, 96, 96, false, -1, -1, 20.f},
+      {"s400x257_d72_dv96_window50_10", 1, 400, 257, 2, 1, 72, 96, false, 50, 10},
   };
   return cases;
 }
