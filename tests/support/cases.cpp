@@ -112,8 +112,11 @@ const std::vector<Case>& backward_cases() {
       {"s257x200_d96_causal_softcap15", 1, 257, 200, 2, 2, 96, 96, true, -1, -1, 15.f},
       {"s200x113_d72_dv96_gqa2_window24_8", 1, 200, 113, 4, 2, 72, 96, false, 24, 8},
       // Head dims 136-192 on the 192-column config (the 256 tile's shared keys, Sᵀ / dPᵀ over
-      // 192 columns): DeepSeek's 192 / 128 under a causal mask, and softcap with bhsd strides.
+      // 192 columns): DeepSeek's 192 / 128 under a causal mask, 160 / 64 with a window, softcap
+      // and bhsd strides, and 176 / 192.
       {"s130x170_d192_dv128_gqa2_causal", 1, 130, 170, 4, 2, 192, 128, true},
+      {"s200x257_d160_dv64_gqa2_window48_16_softcap10_bhsd", 1, 200, 257, 4, 2, 160, 64, false, 48,
+       16, 10.f, 0, Layout::bhsd},
       {"s200_d176_dv192_softcap10_bhsd", 1, 200, 200, 2, 2, 176, 192, false, -1, -1, 10.f, 0,
        Layout::bhsd},
   };
