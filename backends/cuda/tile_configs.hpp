@@ -156,8 +156,9 @@ struct FwdWgmmaConfig;
 #define FLASH_FWD_WGMMA_TUNE_128 \
   FLASH_FWD_WGMMA_KV_128, FLASH_FWD_WGMMA_STAGES_128, FLASH_FWD_WGMMA_CONSUMERS_128
 #endif
-// D = 96 (also 72 .. 96): the D 128 tile, its products cut to 96 columns. Unmasked problems past
-// kFwdShortTileMaxKeys keys run it; the others (the band tile's) stay on the 128-wide band tile.
+// D = 96 (also 72 .. 96): the D 128 tile, its products cut to 96 columns, for the problems the
+// band tile does not take (cuda_backend.cu's fwd_band_tile: masks past kFwdBandTileMaxKeys keys,
+// unmasked past kFwdShortTileMaxKeys, no paged cache); the band tile stays 128 wide.
 #ifndef FLASH_FWD_WGMMA_TUNE_96
 #define FLASH_FWD_WGMMA_TUNE_96 FLASH_FWD_WGMMA_TUNE_128
 #endif
