@@ -94,14 +94,16 @@ bool fwd_paged_wgmma(const flash_problem& p, bool wgmma) {
 
 // Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp) at
 // tile dim 128: for a banded mask (causal, windows) with at most kFwdBandTileMaxKeys keys,
-// an unmasked problem with at most kFwdShortTileMaxKeys, and a paged cache (its K/V boxes
-// may then be as wide as 128 rows; on 192-key tiles at most 64). FLASH_CUDA_FWD_BAND_TILE=0
-// / 1 turns it off for all three / on for every problem at that dim (tests run both tiles;
-// A/B).
+// an unmasked problem with at most kFwdShortTileMaxKeys (head dims up to 96: the *96 limits),
+// and a paged cache (its K/V boxes may then be as wide as 128 rows; on 192-key tiles at most
+// 64). FLASH_CUDA_FWD_BAND_TILE=0 / 1 turns it off for all three / on for every problem at
+// that dim (tests run both tiles; A/B).
 bool fwd_band_tile(const flash_problem& p, bool wgmma) {
   const std::string forced = flash::detail::env_switch("FLASH_CUDA_FWD_BAND_TILE", {"0", "1"});
   if (!wgmma || wgmma_tile_dim(p) != 128 || forced == "0") return false;
   if (fwd_paged_wgmma(p, wgmma) || forced == "1") return true;
+  if (widest_dim(p) <= 96)  // the other tile is the 96-column config
+    return p.seqlen_kv <= (mask_bounded(p) ? kFwdBandTileMaxKeys96 : kFwdShortTileMaxKeys96);
   return p.seqlen_kv <= (mask_bounded(p) ? kFwdBandTileMaxKeys : kFwdShortTileMaxKeys);
 }
 

@@ -157,8 +157,8 @@ struct FwdWgmmaConfig;
   FLASH_FWD_WGMMA_KV_128, FLASH_FWD_WGMMA_STAGES_128, FLASH_FWD_WGMMA_CONSUMERS_128
 #endif
 // D = 96 (also 72 .. 96): the D 128 tile, its products cut to 96 columns, for the problems the
-// band tile does not take (cuda_backend.cu's fwd_band_tile: masks past kFwdBandTileMaxKeys keys,
-// unmasked past kFwdShortTileMaxKeys, no paged cache); the band tile stays 128 wide.
+// band tile does not take (cuda_backend.cu's fwd_band_tile: masks past kFwdBandTileMaxKeys96
+// keys, unmasked past kFwdShortTileMaxKeys96, no paged cache); the band tile stays 128 wide.
 #ifndef FLASH_FWD_WGMMA_TUNE_96
 #define FLASH_FWD_WGMMA_TUNE_96 FLASH_FWD_WGMMA_TUNE_128
 #endif
@@ -199,6 +199,11 @@ template <int kDim>
 struct FwdWgmmaBandConfig;
 FLASH_FWD_WGMMA_CONFIG(FwdWgmmaBandConfig, 128, 128, 3, 2)
 constexpr int kFwdBandTileMaxKeys = 4096, kFwdShortTileMaxKeys = 2048;
+// Head dims up to 96, whose other tile is FwdWgmmaConfig<96> (a quarter fewer products): half
+// those key counts. H200, session 44, D 96 bf16 / f16, in one process, the 96 config over the
+// band tile: unmasked 512 / 1k / 2k 0.86-0.89 / 0.94-0.97 / 1.08, causal 2k / 4k 0.97-0.99 /
+// 1.04-1.06.
+constexpr int kFwdBandTileMaxKeys96 = 2048, kFwdShortTileMaxKeys96 = 1024;
 #undef FLASH_FWD_WGMMA_CONFIG
 
 // Paged caches on the Hopper forward: K / V rows arrive in boxes of kPagedBoxRows rows, one
