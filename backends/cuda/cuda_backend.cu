@@ -92,6 +92,11 @@ bool fwd_paged_wgmma(const flash_problem& p, bool wgmma) {
          p.seqlen_q * (p.heads_q / p.heads_kv) > kDecodeMaxRows;
 }
 
+// Whether a problem's head dims fit the 128 tile's 96-column config (FwdWgmmaConfig<96>).
+bool fwd_fits_96_columns(const flash_problem& p) {
+  return widest_dim(p) <= FwdWgmmaConfig<96>::kUsedDim;
+}
+
 // Whether the Hopper forward runs FwdWgmmaBandConfig's 128-key tile (tile_configs.hpp) at
 // tile dim 128: for a banded mask (causal, windows) with at most kFwdBandTileMaxKeys keys,
 // an unmasked problem with at most kFwdShortTileMaxKeys (head dims up to 96: the *96 limits),
@@ -102,7 +107,7 @@ bool fwd_band_tile(const flash_problem& p, bool wgmma) {
   const std::string forced = flash::detail::env_switch("FLASH_CUDA_FWD_BAND_TILE", {"0", "1"});
   if (!wgmma || wgmma_tile_dim(p) != 128 || forced == "0") return false;
   if (fwd_paged_wgmma(p, wgmma) || forced == "1") return true;
-  if (widest_dim(p) <= 96)  // the other tile is the 96-column config
+  if (fwd_fits_96_columns(p))  // the other tile is the 96-column config
     return p.seqlen_kv <= (mask_bounded(p) ? kFwdBandTileMaxKeys96 : kFwdShortTileMaxKeys96);
   return p.seqlen_kv <= (mask_bounded(p) ? kFwdBandTileMaxKeys : kFwdShortTileMaxKeys);
 }
@@ -112,7 +117,7 @@ bool fwd_band_tile(const flash_problem& p, bool wgmma) {
 // (FwdWgmmaConfig<96>: the products cut to the used columns); the band tile stays 128 wide.
 int fwd_kernel_dim(const flash_problem& p, bool wgmma) {
   const int dim = fwd_tile_dim(p, wgmma);
-  if (wgmma && dim == 128 && widest_dim(p) <= 96 && !fwd_band_tile(p, wgmma)) return 96;
+  if (wgmma && dim == 128 && fwd_fits_96_columns(p) && !fwd_band_tile(p, wgmma)) return 96;
   return dim;
 }
 

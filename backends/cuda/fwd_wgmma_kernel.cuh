@@ -34,9 +34,9 @@
 // never reaches a row.
 // Measured (H200, FlashAttention's shapes, interleaved with torch in one process): of cuDNN at
 // S >= 4k 0.93-1.23 (D 128: 4k 0.98 / 0.99 bf16 / f16, causal 1.02, 16k 1.04-1.10; session 41;
-// D 96: 1.00-1.23, session 44); 1.1-3.0x torch's FlashAttention-2. What changed what: RESULTS.md.
+// D 96: 1.00-1.23, session 44); 1.1-3.0x torch's FlashAttention-2.
 // Run: FLASH_LOG=1 names wgmma_fwd_*; FLASH_CUDA_FWD=mma forces the mma.sync kernels;
-// tests/cuda/device_hopper.sh (A/B, checks).
+// tests/cuda/device_hopper.sh (A/B, checks). What changed what: bench/RESULTS.md.
 #pragma once
 
 #include <cuda_runtime.h>
