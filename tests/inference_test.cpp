@@ -3,8 +3,7 @@
 // decode shapes (inference_decode_test.cpp; the fixture: support/inference_fixture.hpp). Each
 // result is compared with the fp64 oracle (reference/sequences.hpp) under the tolerance rule, the
 // naive-in-dtype error taken per sequence the same way. Outputs are poisoned with NaN first, so an
-// unwritten element fails. A backend may decline a feature only as its README documents (hip:
-// packed batches, cache lengths, paged caches); any other decline fails.
+// unwritten element fails. Every backend runs every feature: a decline fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>

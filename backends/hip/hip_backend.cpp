@@ -133,13 +133,6 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
     return Choice::run(std::string("portable_merge ") + dtype_name(p.dtype) + " on " +
                        dev.info.name);
   }
-  if (const char* feature = p.block_table     ? "paged caches (block_table)"
-                            : p.seqlens_kv    ? "cache lengths (seqlens_kv)"
-                            : p.cu_seqlens_q  ? "packed batches (cu_seqlens_q)"
-                            : p.cu_seqlens_kv ? "packed batches (cu_seqlens_kv)"
-                                              : nullptr)
-    return Choice::decline(std::string("hip backend: ") + feature +
-                           " are not supported on hip (backends/hip/README.md)");
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   if (dim > kPortableMaxHeadDim)
     return Choice::decline("head_dim " + std::to_string(p.head_dim) + " / head_dim_v " +
@@ -174,6 +167,11 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
     with_portable_tile(dim, [&](auto t) { chosen.tile_dim = decltype(t)::kDim; });
     name = "portable_fma_d" + std::to_string(chosen.tile_dim);
   }
+  // Packed batches, cache lengths and paged caches run on the same kernels (each block
+  // in its sequence's rows); the name says which, for FLASH_LOG.
+  if (p.cu_seqlens_q || p.cu_seqlens_kv) name += " packed";
+  if (p.seqlens_kv) name += " cache-lengths";
+  if (p.block_table) name += " paged(page " + std::to_string(p.page_size) + ")";
   if (plan) *plan = chosen;
   return Choice::run(name + " " + dtype_name(p.dtype) + " on " + dev.info.name + " (" +
                      dev.info.arch + ")");
@@ -215,7 +213,64 @@ KernelProblem to_kernel_problem(const flash_problem& p) {
   k.scale = p.scale;
   k.softcap = p.softcap;
   k.scale_log2 = p.scale * kLog2e;
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  k.cu_seqlens_kv = p.cu_seqlens_kv;
+  k.seqlens_kv = p.seqlens_kv;
+  k.block_table = p.block_table;
+  k.page_size = p.page_size;
+  k.pages_per_seq = p.pages_per_seq;
+  k.num_pages = p.num_pages;
   return k;
+}
+
+// [batch, rows] extents of q / o and k / v and the lse count: packed rows are one
+// [total, heads, dim] tensor (a total is known here only for host arrays, the only case
+// that stages), a paged cache is [num_pages, page_size, heads, dim].
+struct Extents {
+  int64_t q_batch, q_rows, kv_batch, kv_rows, lse_count;
+};
+Extents extents(const flash_problem& p) {
+  Extents e{p.batch, p.seqlen_q, p.batch, p.seqlen_kv, p.batch * p.heads_q * p.seqlen_q};
+  if (p.cu_seqlens_q) {
+    e.q_batch = 1;
+    e.q_rows = std::max<int64_t>(p.total_q, 0);
+    e.lse_count = p.heads_q * e.q_rows;
+  }
+  if (p.cu_seqlens_kv) {
+    e.kv_batch = 1;
+    e.kv_rows = std::max<int64_t>(p.total_kv, 0);
+  }
+  if (p.block_table) {
+    e.kv_batch = p.num_pages;
+    e.kv_rows = p.page_size;
+  }
+  return e;
+}
+
+// FLASH_CHECK=1: device sequence arrays are copied to the host and content-checked
+// before a launch, as host arrays always are (this synchronises; for engines that build
+// the arrays on the device).
+void flash_check_device_arrays(const flash_problem& p) {
+  const char* v = std::getenv("FLASH_CHECK");
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0 ||
+      !flash::detail::has_sequence_arrays(p))
+    return;
+  const auto host_copy = [&](const int32_t* a, size_t count, std::vector<int32_t>& out) {
+    if (a == nullptr || !gpu::is_device_pointer(a)) return a;
+    out.resize(count);
+    check(gpu::copy_to_host(out.data(), a, count * sizeof(int32_t), nullptr),
+          "FLASH_CHECK: copying the sequence arrays to the host");
+    check(gpu::synchronize(nullptr), "FLASH_CHECK: copying the sequence arrays to the host");
+    return static_cast<const int32_t*>(out.data());
+  };
+  const size_t seqs = static_cast<size_t>(p.batch);
+  std::vector<int32_t> cq, ckv, lens, table;
+  flash::detail::SequenceArrays a;
+  a.cu_seqlens_q = host_copy(p.cu_seqlens_q, seqs + 1, cq);
+  a.cu_seqlens_kv = host_copy(p.cu_seqlens_kv, seqs + 1, ckv);
+  a.seqlens_kv = host_copy(p.seqlens_kv, seqs, lens);
+  a.block_table = host_copy(p.block_table, seqs * static_cast<size_t>(p.pages_per_seq), table);
+  flash::detail::check_sequence_arrays(p, a);
 }
 
 // Elements spanned by a [batch, seq, heads, dim] view with these strides.
@@ -267,6 +322,18 @@ class Staging {
 
 size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
 
+// The problem the kernels see, its arrays in device memory (host arrays staged).
+KernelProblem staged_kernel_problem(const flash_problem& p, Staging& st) {
+  KernelProblem k = to_kernel_problem(p);
+  const size_t seqs = static_cast<size_t>(p.batch), ints = sizeof(int32_t);
+  k.cu_seqlens_q = st.on_device(p.cu_seqlens_q, ints * (seqs + 1), false);
+  k.cu_seqlens_kv = st.on_device(p.cu_seqlens_kv, ints * (seqs + 1), false);
+  k.seqlens_kv = st.on_device(p.seqlens_kv, ints * seqs, false);
+  k.block_table =
+      st.on_device(p.block_table, ints * seqs * static_cast<size_t>(p.pages_per_seq), false);
+  return k;
+}
+
 struct HipBackend {
   static const char* name() { return "hip"; }
 
@@ -296,20 +363,22 @@ struct HipBackend {
   static void forward(const flash_problem& p, const void* q, const void* k, const void* v,
                       void* o) {
     const Plan plan = plan_or_throw(p, FLASH_FORWARD);
+    flash_check_device_arrays(p);
     gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
     const size_t eb = dtype_bytes(p.dtype);
+    const Extents x = extents(p);
     Staging st(stream);
     ForwardArgs a{};
-    a.q = st.on_device(q, eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim),
+    a.q = st.on_device(q, eb * span_elems(p.q_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim),
                        false);
-    a.k = st.on_device(k, eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim),
-                       false);
+    a.k = st.on_device(
+        k, eb * span_elems(p.k_stride, x.kv_batch, x.kv_rows, p.heads_kv, p.head_dim), false);
     a.v = st.on_device(
-        v, eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v), false);
-    a.o = st.on_device(o, eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v),
+        v, eb * span_elems(p.v_stride, x.kv_batch, x.kv_rows, p.heads_kv, p.head_dim_v), false);
+    a.o = st.on_device(o, eb * span_elems(p.o_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim_v),
                        true);
-    a.lse = st.on_device(p.lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, true);
-    const KernelProblem kp = to_kernel_problem(p);
+    a.lse = st.on_device(p.lse, sizeof(float) * x.lse_count, true);
+    const KernelProblem kp = staged_kernel_problem(p, st);
     gpu::Error e = gpu::kSuccess;
 #if FLASHATTN_HIP_MFMA
     if (plan.path == Path::mfma) e = launch_mfma_forward(kp, p.dtype, a, stream);
@@ -323,15 +392,17 @@ struct HipBackend {
                        const void* o, const void* dout, const float* lse, void* dq, void* dk,
                        void* dv) {
     const Plan plan = plan_or_throw(p, FLASH_BACKWARD);
+    flash_check_device_arrays(p);
     gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
     const size_t eb = dtype_bytes(p.dtype);
-    const size_t q_bytes = eb * span_elems(p.q_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const Extents x = extents(p);
+    const size_t q_bytes = eb * span_elems(p.q_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim);
     const size_t k_bytes =
-        eb * span_elems(p.k_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim);
+        eb * span_elems(p.k_stride, x.kv_batch, x.kv_rows, p.heads_kv, p.head_dim);
     const size_t v_bytes =
-        eb * span_elems(p.v_stride, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim_v);
+        eb * span_elems(p.v_stride, x.kv_batch, x.kv_rows, p.heads_kv, p.head_dim_v);
     const size_t o_bytes =
-        eb * span_elems(p.o_stride, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
+        eb * span_elems(p.o_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim_v);
     Staging st(stream);
     BackwardArgs a{};
     a.q = st.on_device(q, q_bytes, false);
@@ -339,11 +410,11 @@ struct HipBackend {
     a.v = st.on_device(v, v_bytes, false);
     a.o = st.on_device(o, o_bytes, false);
     a.dout = st.on_device(dout, o_bytes, false);
-    a.lse = st.on_device(lse, sizeof(float) * p.batch * p.heads_q * p.seqlen_q, false);
+    a.lse = st.on_device(lse, sizeof(float) * x.lse_count, false);
     a.dq = st.on_device(dq, q_bytes, true);
     a.dk = st.on_device(dk, k_bytes, true);
     a.dv = st.on_device(dv, v_bytes, true);
-    const KernelProblem kp = to_kernel_problem(p);
+    const KernelProblem kp = staged_kernel_problem(p, st);
     gpu::Error e = gpu::kSuccess;
 #if FLASHATTN_HIP_MFMA
     if (plan.path == Path::mfma) e = launch_mfma_backward(kp, p.dtype, a, stream);

@@ -20,6 +20,13 @@ struct KernelProblem {
   float scale;       // softmax scale
   float softcap;     // 0 = off
   float scale_log2;  // scale * log2(e), used when softcap is off
+  // Inference arrays (device memory; null when unused) and the paged layout. With them
+  // seqlen_q / seqlen_kv are the launch's maxima; sequence_of() gives a sequence's own.
+  const int32_t* cu_seqlens_q;   // q, o, dout, dq (and lse) packed: [total_q, heads, dim]
+  const int32_t* cu_seqlens_kv;  // k, v, dk, dv packed: [total_kv, heads, dim]
+  const int32_t* seqlens_kv;     // cache lengths: keys 0 .. seqlens_kv[b]-1 of row b
+  const int32_t* block_table;    // paged k / v: [num_pages, page_size, heads, dim]
+  int64_t page_size, pages_per_seq, num_pages;
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -28,6 +35,61 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Offset of element (b, s, h, 0) for a [batch, seq, head] stride triple (64-bit).
 FLASH_HOST_DEVICE int64_t row_offset(const int64_t* stride, int64_t b, int64_t s, int64_t h) {
   return b * stride[0] + s * stride[1] + h * stride[2];
+}
+
+// Where sequence b's rows live and how long it is. The arrays are device memory the
+// host has not checked (unless FLASH_CHECK=1): an offset is clamped to [0, total] and a
+// length to [0, min(declared maximum, rows left in the packed tensor)], so garbage can
+// shorten or move a sequence but never sends a kernel past its tensors' declared rows.
+struct Sequence {
+  int64_t seqlen_q, seqlen_kv;  // this sequence's lengths (its masks align on them)
+  int64_t q_batch, q_row;       // q / o row i: row_offset(stride, q_batch, q_row + i, h)
+  int64_t kv_batch, kv_row;     // likewise k / v (contiguous caches and packed keys)
+  int64_t index;                // b: its block_table row
+  int64_t lse_row, lse_head;    // lse of (head h, row i): lse_row + h * lse_head + i
+};
+
+FLASH_HOST_DEVICE int64_t clamp_rows(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+FLASH_DEVICE Sequence sequence_of(const KernelProblem& p, int64_t b) {
+  Sequence s{p.seqlen_q, p.seqlen_kv, b, 0, b, 0, b, b * p.heads_q * p.seqlen_q, p.seqlen_q};
+  if (p.cu_seqlens_q) {  // [heads_q, total_q] lse (FlashAttention's varlen layout)
+    const int64_t total = clamp_rows(p.cu_seqlens_q[p.batch], 0, INT32_MAX);
+    s.q_batch = 0;
+    s.q_row = clamp_rows(p.cu_seqlens_q[b], 0, total);
+    s.seqlen_q = clamp_rows(int64_t{p.cu_seqlens_q[b + 1]} - s.q_row, 0,
+                            p.seqlen_q < total - s.q_row ? p.seqlen_q : total - s.q_row);
+    s.lse_row = s.q_row;
+    s.lse_head = total;
+  }
+  if (p.cu_seqlens_kv) {
+    const int64_t total = clamp_rows(p.cu_seqlens_kv[p.batch], 0, INT32_MAX);
+    s.kv_batch = 0;
+    s.kv_row = clamp_rows(p.cu_seqlens_kv[b], 0, total);
+    s.seqlen_kv = clamp_rows(int64_t{p.cu_seqlens_kv[b + 1]} - s.kv_row, 0,
+                             p.seqlen_kv < total - s.kv_row ? p.seqlen_kv : total - s.kv_row);
+  } else if (p.seqlens_kv) {
+    s.seqlen_kv = clamp_rows(p.seqlens_kv[b], 0, p.seqlen_kv);
+  }
+  return s;
+}
+
+// Element offset of (row i, head h) of q, o, dout or dq of sequence s.
+FLASH_HOST_DEVICE int64_t q_row_offset(const int64_t* stride, const Sequence& s, int64_t i,
+                                       int64_t h) {
+  return row_offset(stride, s.q_batch, s.q_row + i, h);
+}
+
+// Element offset of key `key` (< s.seqlen_kv) of kv head hk in k, v, dk or dv; -1 when the
+// paged cache's block table names a page outside [0, num_pages) (the key is then hidden).
+FLASH_DEVICE int64_t kv_row_offset(const KernelProblem& p, const int64_t* stride, const Sequence& s,
+                                   int64_t key, int64_t hk) {
+  if (p.block_table == nullptr) return row_offset(stride, s.kv_batch, s.kv_row + key, hk);
+  const int64_t page = p.block_table[s.index * p.pages_per_seq + key / p.page_size];
+  if (page < 0 || page >= p.num_pages) return -1;
+  return row_offset(stride, page, key % p.page_size, hk);
 }
 
 // Inclusive key range [lo, hi] that query row i sees (empty when lo > hi):

@@ -8,6 +8,8 @@
 // the row max is a register max plus one swap between wave halves, and the rescale
 // factor is a per-lane scalar. P^T = exp2(S^T - m) is already laid out as the B operand
 // of O^T += V^T·P^T. Online softmax in f32 registers, normalised once at the end.
+// Packed batches, cache lengths and paged caches: each block works in its sequence's rows
+// and lengths (sequence_of, kernel_problem.h); a paged key is read through the block table.
 // Tolerance class: 16-bit inputs, P rounded to the input type for the P·V product (as
 //   FlashAttention does), f32 accumulation and softmax statistics.
 // Speed: not measured — no AMD GPU is reachable from this project's machines; the
@@ -33,17 +35,21 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr int kDBlocks = D / mfma::kTile;    // 32-column blocks of O^T
   __shared__ __attribute__((aligned(16))) uint16_t k_lds[KV][D + P];
   __shared__ __attribute__((aligned(16))) uint16_t vt_lds[D][KV + P];
+  __shared__ bool key_read[KV];  // false: a paged key whose page id is out of range
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
   const int64_t block = blockIdx.x;
   const int64_t qb = block % q_blocks;
   const int64_t h = (block / q_blocks) % p.heads_q;
-  const int64_t b = block / (q_blocks * p.heads_q);
+  const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
   const int64_t hk = h / p.group;
+  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
+  p.seqlen_kv = seq.seqlen_kv;
 
   const int wave = threadIdx.x / mfma::kWave;
   const int col = mfma::lane_col(), half = mfma::lane_half();
   const int64_t row0 = qb * Tile::kRowsPerBlock;
+  if (row0 >= p.seqlen_q) return;  // a sequence shorter than the longest (whole block)
   const int64_t i = row0 + wave * Tile::kRowsPerWave + col;  // this lane's query
   const bool row_ok = i < p.seqlen_q;
   const int64_t last_row =
@@ -52,7 +58,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   // Q^T as B operand: lane holds Q[i][8s + 4*half + e].
   Operand q_op[kSteps];
   {
-    const T* q_row = q + row_offset(p.q_stride, b, row_ok ? i : 0, h);
+    const T* q_row = q + q_row_offset(p.q_stride, seq, row_ok ? i : 0, h);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       mfma::Bits4 bits;
@@ -81,11 +87,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int c = threadIdx.x; c < KV * D; c += Tile::kThreads) {
       const int j = c / D, d = c % D;
       const int64_t key = t0 + j;
-      const bool key_ok = key < p.seqlen_kv;
-      k_lds[j][d] =
-          key_ok && d < p.head_dim ? k[row_offset(p.k_stride, b, key, hk) + d].bits : uint16_t{0};
-      vt_lds[d][j] =
-          key_ok && d < p.head_dim_v ? v[row_offset(p.v_stride, b, key, hk) + d].bits : uint16_t{0};
+      const int64_t k_at = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
+      const int64_t v_at = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
+      k_lds[j][d] = k_at >= 0 && d < p.head_dim ? k[k_at + d].bits : uint16_t{0};
+      vt_lds[d][j] = v_at >= 0 && d < p.head_dim_v ? v[v_at + d].bits : uint16_t{0};
+      if (d == 0) key_read[j] = k_at >= 0;
     }
     __syncthreads();
 
@@ -103,8 +109,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
       }
 #pragma unroll
       for (int r = 0; r < 16; ++r) {
-        const int64_t key = t0 + kt * mfma::kTile + mfma::acc_row(r);
-        const float x = key >= mine.lo && key <= mine.hi ? logit_log2(p, s_acc[kt][r]) : -INFINITY;
+        const int j = kt * mfma::kTile + mfma::acc_row(r);
+        const int64_t key = t0 + j;
+        const float x = key >= mine.lo && key <= mine.hi && key_read[j]
+                            ? logit_log2(p, s_acc[kt][r])
+                            : -INFINITY;
         s_acc[kt][r] = x;
         tile_max = fmaxf(tile_max, x);
       }
@@ -147,7 +156,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const float l_row = mfma::across_halves_sum(l);
   if (!row_ok) return;
   const float inv_l = l_row > 0.f ? 1.f / l_row : 0.f;  // rows that see no key: o = 0
-  T* o_row = o + row_offset(p.o_stride, b, i, h);
+  T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
 #pragma unroll
   for (int db = 0; db < kDBlocks; ++db)
 #pragma unroll
@@ -156,7 +165,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[db][r] * inv_l);
     }
   if (lse != nullptr && half == 0)
-    lse[(b * p.heads_q + h) * p.seqlen_q + i] = l_row > 0.f ? (m + log2f(l_row)) * kLn2 : -INFINITY;
+    lse[seq.lse_row + h * seq.lse_head + i] = l_row > 0.f ? (m + log2f(l_row)) * kLn2 : -INFINITY;
 }
 
 template <class T>

@@ -8,7 +8,9 @@
 //   dQ pass: a block owns query rows like the forward and streams K/V tiles:
 //     dQ += dS K · scale.
 // delta = rowsum(dO ∘ O) is recomputed where needed instead of kept in a workspace, so
-// the backward allocates nothing. Softcap multiplies dS by 1 - tanh².
+// the backward allocates nothing. Softcap multiplies dS by 1 - tanh². Packed batches
+// (cu_seqlens_q / kv): each block works in its sequence's rows and lengths (sequence_of,
+// kernel_problem.h; caches and paged caches are forward-only, as the core validates).
 // Tolerance class: f32 accumulation, inputs/outputs in the storage dtype.
 // Speed: none measured on AMD hardware (none reachable). On NVIDIA it runs as the
 //   hip-on-cuda build, a correctness vehicle, not tuned there; nothing measured yet.
@@ -48,11 +50,14 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t block = blockIdx.x;
   const int64_t qb = block % q_blocks;
   const int64_t h = (block / q_blocks) % p.heads_q;
-  const int64_t b = block / (q_blocks * p.heads_q);
+  const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
   const int64_t hk = h / p.group;
+  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
+  p.seqlen_kv = seq.seqlen_kv;
 
   const int lane = threadIdx.x % G;
   const int64_t row0 = qb * Tile::kRowsPerBlock;
+  if (row0 >= p.seqlen_q) return;  // a sequence shorter than the longest (whole block)
   const int64_t i = row0 + threadIdx.x / G;
   const bool row_ok = i < p.seqlen_q;
   const int64_t last_row =
@@ -60,9 +65,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   float q_reg[N], do_reg[N], dq_acc[N];
   const int64_t ii = row_ok ? i : 0;
-  const T* q_row = q + row_offset(p.q_stride, b, ii, h);
-  const T* o_row = o + row_offset(p.o_stride, b, ii, h);
-  const T* do_row = dout + row_offset(p.o_stride, b, ii, h);
+  const T* q_row = q + q_row_offset(p.q_stride, seq, ii, h);
+  const T* o_row = o + q_row_offset(p.o_stride, seq, ii, h);
+  const T* do_row = dout + q_row_offset(p.o_stride, seq, ii, h);
   float delta = 0.f;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
@@ -73,7 +78,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     dq_acc[n] = 0.f;
   }
   delta = gpu::group_sum<G>(delta);
-  const float lse2 = row_ok ? lse[(b * p.heads_q + h) * p.seqlen_q + i] * kLog2e : -INFINITY;
+  const float lse2 = row_ok ? lse[seq.lse_row + h * seq.lse_head + i] * kLog2e : -INFINITY;
 
   const int64_t kv_begin = visible_keys(p, row0).lo;
   const int64_t kv_end = visible_keys(p, last_row).hi;
@@ -82,11 +87,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
       const int j = idx / D, d = idx % D;
       const int64_t key = t0 + j;
-      const bool key_ok = key < p.seqlen_kv;
-      k_tile[j][d] =
-          key_ok && d < p.head_dim ? to_float(k[row_offset(p.k_stride, b, key, hk) + d]) : 0.f;
-      v_tile[j][d] =
-          key_ok && d < p.head_dim_v ? to_float(v[row_offset(p.v_stride, b, key, hk) + d]) : 0.f;
+      const bool key_ok = key < p.seqlen_kv;  // (packed or dense keys: never paged here)
+      k_tile[j][d] = key_ok && d < p.head_dim
+                         ? to_float(k[kv_row_offset(p, p.k_stride, seq, key, hk) + d])
+                         : 0.f;
+      v_tile[j][d] = key_ok && d < p.head_dim_v
+                         ? to_float(v[kv_row_offset(p, p.v_stride, seq, key, hk) + d])
+                         : 0.f;
     }
     __syncthreads();
 #pragma unroll 4
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   }
   if (!row_ok) return;
-  T* dq_row = dq + row_offset(p.q_stride, b, i, h);
+  T* dq_row = dq + q_row_offset(p.q_stride, seq, i, h);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;
@@ -132,10 +139,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t block = blockIdx.x;
   const int64_t kb = block % kv_blocks;
   const int64_t hk = (block / kv_blocks) % p.heads_kv;
-  const int64_t b = block / (kv_blocks * p.heads_kv);
+  const Sequence seq = sequence_of(p, block / (kv_blocks * p.heads_kv));
+  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
+  p.seqlen_kv = seq.seqlen_kv;
 
   const int lane = threadIdx.x % G;
   const int64_t key0 = kb * kRows;
+  if (key0 >= p.seqlen_kv) return;  // a sequence with fewer keys than the longest
   const int64_t key = key0 + threadIdx.x / G;
   const bool key_ok = key < p.seqlen_kv;
   const int64_t last_key = key0 + kRows - 1 < p.seqlen_kv ? key0 + kRows - 1 : p.seqlen_kv - 1;
@@ -143,8 +153,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   float k_reg[N], v_reg[N], dk_acc[N], dv_acc[N];
   {
     const int64_t kk = key_ok ? key : 0;
-    const T* k_row = k + row_offset(p.k_stride, b, kk, hk);
-    const T* v_row = v + row_offset(p.v_stride, b, kk, hk);
+    const T* k_row = k + kv_row_offset(p, p.k_stride, seq, kk, hk);
+    const T* v_row = v + kv_row_offset(p, p.v_stride, seq, kk, hk);
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       const int d = lane + G * n;
@@ -157,7 +167,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   // Fixed order over the group's query heads and query tiles: deterministic sums.
   for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
-    const float* lse_h = lse + (b * p.heads_q + h) * p.seqlen_q;
+    const float* lse_h = lse + seq.lse_row + h * seq.lse_head;
     for (int64_t t0 = rows.first; t0 <= rows.last; t0 += QT) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < QT * D; idx += Tile::kThreads) {
@@ -165,9 +175,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int64_t i = t0 + r;
         const bool ok = i < p.seqlen_q;
         q_tile[r][d] =
-            ok && d < p.head_dim ? to_float(q[row_offset(p.q_stride, b, i, h) + d]) : 0.f;
+            ok && d < p.head_dim ? to_float(q[q_row_offset(p.q_stride, seq, i, h) + d]) : 0.f;
         do_tile[r][d] =
-            ok && d < p.head_dim_v ? to_float(dout[row_offset(p.o_stride, b, i, h) + d]) : 0.f;
+            ok && d < p.head_dim_v ? to_float(dout[q_row_offset(p.o_stride, seq, i, h) + d]) : 0.f;
       }
       for (int r = threadIdx.x; r < QT; r += Tile::kThreads)
         lse2_tile[r] = t0 + r < p.seqlen_q ? lse_h[t0 + r] * kLog2e : -INFINITY;
@@ -179,7 +189,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const bool ok = r < QT && i < p.seqlen_q;
         float part = 0.f;
         if (ok) {
-          const T* o_row = o + row_offset(p.o_stride, b, i, h);
+          const T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
 #pragma unroll
           for (int n = 0; n < N; ++n) {
             const int d = lane + G * n;
@@ -215,8 +225,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   }
   if (!key_ok) return;
-  T* dk_row = dk + row_offset(p.k_stride, b, key, hk);
-  T* dv_row = dv + row_offset(p.v_stride, b, key, hk);
+  T* dk_row = dk + kv_row_offset(p, p.k_stride, seq, key, hk);
+  T* dv_row = dv + kv_row_offset(p, p.v_stride, seq, key, hk);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;

@@ -5,7 +5,9 @@
 // dim). K/V tiles of kTileRows keys are staged in shared memory as f32; per tile each
 // row computes its scores (shuffle-summed dot products), a tile max, rescales o and
 // its running sum by exp2(m_old - m_new) and adds p·V (online softmax, log2 domain).
-// Tiles outside the block's visible key range (causal, window) are skipped.
+// Tiles outside the block's visible key range (causal, window) are skipped. Packed
+// batches, cache lengths and paged caches: each block works in its sequence's rows and
+// lengths (sequence_of, kernel_problem.h); a paged key is read through the block table.
 // Tolerance class: f32 accumulation everywhere, inputs/outputs in the storage dtype.
 // Speed: none measured on AMD hardware (none reachable). On NVIDIA it runs as the
 //   hip-on-cuda build, a correctness vehicle, not tuned there; nothing measured yet.
@@ -24,23 +26,28 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr int G = Tile::kGroup, N = Tile::kPerLane, D = Tile::kDim, KV = Tile::kTileRows;
   __shared__ float k_tile[KV][D];
   __shared__ float v_tile[KV][D];
+  __shared__ bool key_read[KV];  // false: a paged key whose page id is out of range
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
   const int64_t block = blockIdx.x;
   const int64_t qb = block % q_blocks;
   const int64_t h = (block / q_blocks) % p.heads_q;
-  const int64_t b = block / (q_blocks * p.heads_q);
+  const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
   const int64_t hk = h / p.group;
+  // From here on p's lengths are the sequence's (masks, bounds).
+  p.seqlen_q = seq.seqlen_q;
+  p.seqlen_kv = seq.seqlen_kv;
 
   const int lane = threadIdx.x % G;
   const int64_t row0 = qb * Tile::kRowsPerBlock;
+  if (row0 >= p.seqlen_q) return;  // a sequence shorter than the longest (whole block)
   const int64_t i = row0 + threadIdx.x / G;
   const bool row_ok = i < p.seqlen_q;
   const int64_t last_row =
       row0 + Tile::kRowsPerBlock - 1 < p.seqlen_q ? row0 + Tile::kRowsPerBlock - 1 : p.seqlen_q - 1;
 
   float q_reg[N], o_acc[N];
-  const T* q_row = q + row_offset(p.q_stride, b, row_ok ? i : 0, h);
+  const T* q_row = q + q_row_offset(p.q_stride, seq, row_ok ? i : 0, h);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;
@@ -58,11 +65,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
       const int j = idx / D, d = idx % D;
       const int64_t key = t0 + j;
-      const bool key_ok = key < p.seqlen_kv;
-      k_tile[j][d] =
-          key_ok && d < p.head_dim ? to_float(k[row_offset(p.k_stride, b, key, hk) + d]) : 0.f;
-      v_tile[j][d] =
-          key_ok && d < p.head_dim_v ? to_float(v[row_offset(p.v_stride, b, key, hk) + d]) : 0.f;
+      const int64_t k_at = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
+      const int64_t v_at = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
+      k_tile[j][d] = k_at >= 0 && d < p.head_dim ? to_float(k[k_at + d]) : 0.f;
+      v_tile[j][d] = v_at >= 0 && d < p.head_dim_v ? to_float(v[v_at + d]) : 0.f;
+      if (d == 0) key_read[j] = k_at >= 0;
     }
     __syncthreads();
 
@@ -75,7 +82,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int n = 0; n < N; ++n) dot += q_reg[n] * k_tile[j][lane + G * n];
       dot = gpu::group_sum<G>(dot);
       const int64_t key = t0 + j;
-      s[j] = key >= mine.lo && key <= mine.hi ? logit_log2(p, dot) : -INFINITY;
+      s[j] = key >= mine.lo && key <= mine.hi && key_read[j] ? logit_log2(p, dot) : -INFINITY;
       tile_max = gpu::is_nan(s[j]) || gpu::is_nan(tile_max) ? NAN : fmaxf(tile_max, s[j]);
     }
     // fmaxf drops NaN; a NaN score must poison the row (as the reference does).
@@ -91,7 +98,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       // A key the row does not see is skipped, not multiplied by p = 0: a NaN or inf in
       // its v must not reach the row (0·NaN = NaN).
       const int64_t key = t0 + j;
-      if (key < mine.lo || key > mine.hi) continue;
+      if (key < mine.lo || key > mine.hi || !key_read[j]) continue;
       const float pj = gpu::fast_exp2(s[j] - m_new);
       l += pj;
 #pragma unroll
@@ -102,14 +109,14 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   if (!row_ok) return;
   const float inv_l = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: o = 0
-  T* o_row = o + row_offset(p.o_stride, b, i, h);
+  T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;
     if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[n] * inv_l);
   }
   if (lse != nullptr && lane == 0)
-    lse[(b * p.heads_q + h) * p.seqlen_q + i] = l == 0.f ? -INFINITY : (m + log2f(l)) * kLn2;
+    lse[seq.lse_row + h * seq.lse_head + i] = l == 0.f ? -INFINITY : (m + log2f(l)) * kLn2;
 }
 
 template <class T>

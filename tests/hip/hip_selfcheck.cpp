@@ -5,12 +5,15 @@
 // same dtype-rounded inputs. Outputs are poisoned with NaN first; the backward is run
 // twice and must be bitwise identical (deterministic); strided cases run the second
 // time from host memory (staged by the backend), which must not change a bit either.
+// Packed batches (forward + backward), cache lengths and paged caches run as sequences of
+// small dense problems, each against its own reference (run_sequence_case).
 // Built with the module's own compiler (hipcc, or nvcc for hip-on-cuda) because it
 // allocates device memory through backends/hip/portability.h.
 // Usage: hip_selfcheck <path/to/libflashattn_hip.so>   (exit 77 = no device: skipped)
 // In the CPU-emulator build (tests/hip/emulator) the module is linked in, not loaded.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -422,6 +425,310 @@ bool run_case(const flash_backend_module* module, const Case& c) {
   return pass;
 }
 
+// ---- packed batches, cache lengths, paged caches -------------------------------
+// Each sequence is its own small dense problem; the module runs them as one call in the
+// packed / cache / paged layout and every sequence must match its own double reference.
+// Rows a sequence does not own (cache rows past its length, unused pages) hold NaN: a
+// kernel that reads them poisons a row.
+// The key layout; queries are packed (cu_seqlens_q) with packed keys or where lens_q
+// differ, else dense (every sequence has seqlen_q queries, as the API defines).
+enum class SeqLayout { packed, cache, paged };
+struct SeqCase {
+  SeqLayout layout;
+  std::vector<int64_t> lens_q, lens_kv;
+  int64_t hq, hkv, d, dv;
+  int causal;
+  int64_t wl, wr;
+  float softcap;
+  int64_t page_size;  // paged only
+};
+
+const SeqCase kSeqCases[] = {
+    // Sq != Sk both ways, a sequence without queries, one without keys (rows see nothing).
+    {SeqLayout::packed, {17, 0, 40, 1, 9}, {30, 5, 40, 0, 2}, 2, 1, 64, 64, 1, -1, -1, 0.f, 0},
+    {SeqLayout::packed, {33, 70}, {70, 33}, 2, 2, 128, 128, 0, 20, 5, 30.f, 0},
+    {SeqLayout::cache, {3, 3, 3}, {50, 1, 64}, 4, 2, 64, 64, 1, -1, -1, 0.f, 0},
+    {SeqLayout::paged, {4, 4}, {40, 13}, 4, 1, 64, 64, 1, -1, -1, 0.f, 7},
+    {SeqLayout::paged, {17, 9}, {40, 9}, 2, 1, 128, 96, 1, -1, -1, 0.f, 16},  // packed q
+};
+
+// Double reference of one sequence: q [sq][hq][d], k [skv][hkv][d], v [skv][hkv][dv],
+// dout [sq][hq][dv] contiguous; o, dq, dk, dv the same shapes, lse [hq][sq].
+struct SeqRef {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+SeqRef reference_sequence(const SeqCase& c, int64_t sq, int64_t skv, const float* q, const float* k,
+                          const float* v, const float* dout, float scale) {
+  SeqRef r;
+  r.o.assign(sq * c.hq * c.dv, 0), r.lse.assign(c.hq * sq, -INFINITY);
+  r.dq.assign(sq * c.hq * c.d, 0), r.dk.assign(skv * c.hkv * c.d, 0);
+  r.dv.assign(skv * c.hkv * c.dv, 0);
+  const int64_t group = c.hq / c.hkv;
+  for (int64_t h = 0; h < c.hq; ++h)
+    for (int64_t i = 0; i < sq; ++i) {
+      const int64_t hk = h / group, diag = i + skv - sq;
+      const float* qi = q + (i * c.hq + h) * c.d;
+      std::vector<double> s(skv, -INFINITY), t(skv, 0), pr(skv, 0), dp(skv, 0);
+      double m = -INFINITY;
+      for (int64_t j = 0; j < skv; ++j) {
+        if ((c.causal && j > diag) || (c.wl >= 0 && j < diag - c.wl) ||
+            (c.wr >= 0 && j > diag + c.wr))
+          continue;
+        const float* kj = k + (j * c.hkv + hk) * c.d;
+        double dot = 0;
+        for (int64_t d = 0; d < c.d; ++d) dot += double(qi[d]) * kj[d];
+        double x = dot * scale;
+        if (c.softcap > 0) t[j] = std::tanh(x / c.softcap), x = c.softcap * t[j];
+        s[j] = x, m = std::fmax(m, x);
+      }
+      if (m == -INFINITY) continue;
+      double l = 0, delta = 0;
+      for (int64_t j = 0; j < skv; ++j) l += std::exp(s[j] - m);
+      r.lse[h * sq + i] = m + std::log(l);
+      const float* doi = dout + (i * c.hq + h) * c.dv;
+      for (int64_t j = 0; j < skv; ++j) {
+        pr[j] = std::exp(s[j] - m) / l;
+        if (pr[j] == 0) continue;
+        const float* vj = v + (j * c.hkv + hk) * c.dv;
+        for (int64_t d = 0; d < c.dv; ++d)
+          r.o[(i * c.hq + h) * c.dv + d] += pr[j] * vj[d], dp[j] += double(doi[d]) * vj[d];
+        delta += pr[j] * dp[j];
+      }
+      for (int64_t j = 0; j < skv; ++j) {
+        if (pr[j] == 0) continue;
+        double ds = pr[j] * (dp[j] - delta) * scale;
+        if (c.softcap > 0) ds *= 1 - t[j] * t[j];
+        const float* kj = k + (j * c.hkv + hk) * c.d;
+        for (int64_t d = 0; d < c.d; ++d)
+          r.dq[(i * c.hq + h) * c.d + d] += ds * kj[d],
+              r.dk[(j * c.hkv + hk) * c.d + d] += ds * qi[d];
+        for (int64_t d = 0; d < c.dv; ++d) r.dv[(j * c.hkv + hk) * c.dv + d] += pr[j] * doi[d];
+      }
+    }
+  return r;
+}
+
+int32_t* device_ints(const std::vector<int32_t>& host) {
+  void* d = nullptr;
+  ok(gpu::malloc_device(&d, host.size() * 4 + 4), "malloc ints");
+  ok(gpu::copy_to_device(d, host.data(), host.size() * 4, nullptr), "copy ints");
+  return static_cast<int32_t*>(d);
+}
+
+bool run_sequence_case(const flash_backend_module* module, const SeqCase& c) {
+  const char* dtype_name[] = {"f32", "f16", "bf16"};
+  const char* layout_name[] = {"packed", "cache", "paged"};
+  const int64_t batch = static_cast<int64_t>(c.lens_q.size());
+  const int64_t max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
+  int64_t max_kv = *std::max_element(c.lens_kv.begin(), c.lens_kv.end());
+  char label[256];
+  std::snprintf(label, sizeof label,
+                "%s %s b%lld h%lld/%lld d%lld/%lld causal%d win(%lld,%lld) cap%g page%lld",
+                dtype_name[g_dtype], layout_name[static_cast<int>(c.layout)], (long long)batch,
+                (long long)c.hq, (long long)c.hkv, (long long)c.d, (long long)c.dv, c.causal,
+                (long long)c.wl, (long long)c.wr, c.softcap, (long long)c.page_size);
+  std::mt19937 rng(static_cast<unsigned>(batch * 977 + c.d * 13 + c.page_size + g_dtype));
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(c.d)));
+  // Per-sequence inputs (contiguous [len][heads][dim]) and references.
+  std::vector<std::vector<float>> qs(batch), ks(batch), vs(batch), dos(batch);
+  std::vector<SeqRef> refs;
+  auto fill = [&](std::vector<float>& x, size_t n) {
+    x.resize(n);
+    for (float& e : x) e = round_dtype(uni(rng));
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    fill(qs[b], c.lens_q[b] * c.hq * c.d), fill(ks[b], c.lens_kv[b] * c.hkv * c.d);
+    fill(vs[b], c.lens_kv[b] * c.hkv * c.dv), fill(dos[b], c.lens_q[b] * c.hq * c.dv);
+    refs.push_back(reference_sequence(c, c.lens_q[b], c.lens_kv[b], qs[b].data(), ks[b].data(),
+                                      vs[b].data(), dos[b].data(), scale));
+  }
+  // q / o / dout: packed rows, or [batch, max_q] rows.
+  const bool packed = c.layout == SeqLayout::packed;
+  const bool packed_q = packed || std::count(c.lens_q.begin(), c.lens_q.end(), max_q) != batch;
+  std::vector<int32_t> cu_q(1, 0), cu_kv(1, 0);
+  for (int64_t b = 0; b < batch; ++b)
+    cu_q.push_back(cu_q.back() + int32_t(c.lens_q[b])),
+        cu_kv.push_back(cu_kv.back() + int32_t(c.lens_kv[b]));
+  const int64_t total_q = cu_q.back(), total_kv = cu_kv.back();
+  const auto q_row = [&](int64_t b, int64_t i) { return packed_q ? cu_q[b] + i : b * max_q + i; };
+  const int64_t q_rows = packed_q ? total_q : batch * max_q;
+  // k / v rows: packed; a cache of `capacity` rows per sequence; or pages in a shuffled order.
+  int64_t capacity = max_kv, pages_per_seq = 0, num_pages = 0, kv_rows = total_kv;
+  std::vector<int32_t> table;
+  if (c.layout == SeqLayout::paged) {
+    pages_per_seq = (max_kv + c.page_size - 1) / c.page_size;
+    capacity = pages_per_seq * c.page_size;
+    num_pages = batch * pages_per_seq + 3;  // three pages nobody uses (NaN)
+    std::vector<int32_t> ids(num_pages);
+    for (int64_t x = 0; x < num_pages; ++x) ids[x] = int32_t(x);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    table.assign(ids.begin(), ids.begin() + batch * pages_per_seq);
+    kv_rows = num_pages * c.page_size;
+  } else if (c.layout == SeqLayout::cache) {
+    capacity = max_kv + 3;  // rows past every length (NaN)
+    kv_rows = batch * capacity;
+  }
+  const auto kv_row = [&](int64_t b, int64_t j) -> int64_t {
+    if (packed) return cu_kv[b] + j;
+    if (c.layout == SeqLayout::cache) return b * capacity + j;
+    return table[b * pages_per_seq + j / c.page_size] * c.page_size + j % c.page_size;
+  };
+  Tensor q, k, v, dout;
+  q.host.assign(std::max<int64_t>(q_rows, 1) * c.hq * c.d, NAN);
+  dout.host.assign(std::max<int64_t>(q_rows, 1) * c.hq * c.dv, NAN);
+  k.host.assign(std::max<int64_t>(kv_rows, 1) * c.hkv * c.d, NAN);
+  v.host.assign(std::max<int64_t>(kv_rows, 1) * c.hkv * c.dv, NAN);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < c.lens_q[b]; ++i) {
+      std::copy_n(&qs[b][i * c.hq * c.d], c.hq * c.d, &q.host[q_row(b, i) * c.hq * c.d]);
+      std::copy_n(&dos[b][i * c.hq * c.dv], c.hq * c.dv, &dout.host[q_row(b, i) * c.hq * c.dv]);
+    }
+    for (int64_t j = 0; j < c.lens_kv[b]; ++j) {
+      std::copy_n(&ks[b][j * c.hkv * c.d], c.hkv * c.d, &k.host[kv_row(b, j) * c.hkv * c.d]);
+      std::copy_n(&vs[b][j * c.hkv * c.dv], c.hkv * c.dv, &v.host[kv_row(b, j) * c.hkv * c.dv]);
+    }
+  }
+  for (Tensor* t : {&q, &k, &v, &dout}) upload(*t);
+
+  flash_problem p{};
+  p.batch = batch, p.seqlen_q = max_q,
+  p.seqlen_kv = c.layout == SeqLayout::packed ? max_kv : capacity;
+  p.heads_q = c.hq, p.heads_kv = c.hkv, p.head_dim = c.d, p.head_dim_v = c.dv, p.dtype = g_dtype;
+  p.causal = c.causal, p.scale = scale, p.softcap = c.softcap;
+  p.window_left = c.wl, p.window_right = c.wr;
+  const int64_t q_batch_stride = packed_q ? 0 : max_q * c.hq;
+  p.q_stride[0] = q_batch_stride * c.d, p.q_stride[1] = c.hq * c.d, p.q_stride[2] = c.d;
+  p.o_stride[0] = q_batch_stride * c.dv, p.o_stride[1] = c.hq * c.dv, p.o_stride[2] = c.dv;
+  const int64_t kv_batch_rows = packed ? 0 : c.layout == SeqLayout::cache ? capacity : c.page_size;
+  p.k_stride[0] = kv_batch_rows * c.hkv * c.d, p.k_stride[1] = c.hkv * c.d, p.k_stride[2] = c.d;
+  p.v_stride[0] = kv_batch_rows * c.hkv * c.dv, p.v_stride[1] = c.hkv * c.dv, p.v_stride[2] = c.dv;
+  std::vector<int32_t> lens(c.lens_kv.begin(), c.lens_kv.end());
+  int32_t* arrays[4] = {};
+  if (packed_q) p.cu_seqlens_q = arrays[0] = device_ints(cu_q);
+  if (packed) {
+    p.cu_seqlens_kv = arrays[1] = device_ints(cu_kv);
+  } else {
+    p.seqlens_kv = arrays[2] = device_ints(lens);
+    if (c.layout == SeqLayout::paged) {
+      p.block_table = arrays[3] = device_ints(table);
+      p.page_size = c.page_size, p.pages_per_seq = pages_per_seq, p.num_pages = num_pages;
+    }
+  }
+  p.total_q = p.total_kv = -1;  // device arrays
+  // lse: [heads_q, total_q] packed, else [batch, heads_q, max_q].
+  const size_t n_lse = static_cast<size_t>(packed_q ? c.hq * total_q : batch * c.hq * max_q);
+  const auto lse_at = [&](int64_t b, int64_t h, int64_t i) {
+    return static_cast<size_t>(packed_q ? h * total_q + cu_q[b] + i : (b * c.hq + h) * max_q + i);
+  };
+  void* lse_dev = nullptr;
+  ok(gpu::malloc_device(&lse_dev, n_lse * 4 + 4), "malloc lse");
+  std::vector<float> nan_lse(n_lse, NAN);
+  ok(gpu::copy_to_device(lse_dev, nan_lse.data(), n_lse * 4, nullptr), "copy");
+  p.lse = static_cast<float*>(lse_dev);
+
+  flash_message msg{};
+  if (module->choose(&p, FLASH_FORWARD, &msg) != FLASH_OK) {
+    std::printf("FAIL %s: choose declined: %s\n", label, msg.text);
+    return false;
+  }
+  const std::string kernel = msg.text;
+  const Tol tol = tolerance();
+  g_budget_used = 0;
+  bool pass = true;
+  // Every sequence's rows of one result against its reference (`member` of SeqRef).
+  const auto check = [&](const char* what, const std::vector<float>& got, int64_t heads,
+                         int64_t dim, bool keys, std::vector<double> SeqRef::*member, double t) {
+    std::vector<float> flat;
+    std::vector<double> want;
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::vector<double>& r = refs[b].*member;
+      const int64_t rows = keys ? c.lens_kv[b] : c.lens_q[b];
+      for (int64_t x = 0; x < rows; ++x)
+        for (int64_t e = 0; e < heads * dim; ++e) {
+          const int64_t row = keys ? kv_row(b, x) : q_row(b, x);
+          flat.push_back(got[row * heads * dim + e]);
+          want.push_back(r[x * heads * dim + e]);
+        }
+    }
+    std::vector<size_t> at(flat.size());
+    for (size_t x = 0; x < at.size(); ++x) at[x] = x;
+    return at.empty() || compare(what, flat, want, at, t);
+  };
+  Tensor o = output(std::max<int64_t>(q_rows, 1) * c.hq * c.dv);
+  if (module->forward(&p, q.dev, k.dev, v.dev, o.dev, &msg) != FLASH_OK) {
+    std::printf("FAIL %s: forward: %s\n", label, msg.text);
+    return false;
+  }
+  pass &= check("o", download(o, o.host.size()), c.hq, c.dv, false, &SeqRef::o, tol.fwd);
+  {
+    std::vector<float> lse(n_lse);
+    ok(gpu::copy_to_host(lse.data(), lse_dev, n_lse * 4, nullptr), "copy lse");
+    ok(gpu::synchronize(nullptr), "sync");
+    double err = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < c.hq; ++h)
+        for (int64_t i = 0; i < c.lens_q[b]; ++i) {
+          const float got = lse[lse_at(b, h, i)];
+          const double want = refs[b].lse[h * c.lens_q[b] + i];
+          if (std::isinf(want) || std::isinf(got)) {
+            if (got != want) err = INFINITY;
+            continue;
+          }
+          err = std::fmax(err, std::isnan(got) ? INFINITY : std::fabs(got - want));
+        }
+    g_budget_used = std::fmax(g_budget_used, err / tol.lse);
+    if (err > tol.lse) std::printf("    lse: max error %.3g > %.3g\n", err, tol.lse), pass = false;
+  }
+  // Backward (packed batches only: caches and paged caches are forward-only), twice.
+  if (packed) {
+    Tensor o_in;
+    o_in.host.assign(o.host.size(), 0.f);
+    std::vector<float> lse_in(n_lse, 0.f);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < c.lens_q[b]; ++i) {
+        for (int64_t e = 0; e < c.hq * c.dv; ++e)
+          o_in.host[q_row(b, i) * c.hq * c.dv + e] =
+              round_dtype(float(refs[b].o[i * c.hq * c.dv + e]));
+        for (int64_t h = 0; h < c.hq; ++h)
+          lse_in[lse_at(b, h, i)] = float(refs[b].lse[h * c.lens_q[b] + i]);
+      }
+    upload(o_in);
+    if (n_lse) ok(gpu::copy_to_device(lse_dev, lse_in.data(), n_lse * 4, nullptr), "copy lse");
+    std::vector<float> first[3];
+    for (int run = 0; run < 2; ++run) {
+      Tensor dq = output(q.host.size()), dk = output(k.host.size()), dv = output(v.host.size());
+      if (module->backward(&p, q.dev, k.dev, v.dev, o_in.dev, dout.dev,
+                           static_cast<const float*>(lse_dev), dq.dev, dk.dev, dv.dev,
+                           &msg) != FLASH_OK) {
+        std::printf("FAIL %s: backward: %s\n", label, msg.text);
+        return false;
+      }
+      std::vector<float> got[3] = {download(dq, dq.host.size()), download(dk, dk.host.size()),
+                                   download(dv, dv.host.size())};
+      for (Tensor* t : {&dq, &dk, &dv}) (void)gpu::free_device(t->dev);
+      if (run == 0) {
+        pass &= check("dq", got[0], c.hq, c.d, false, &SeqRef::dq, tol.bwd);
+        pass &= check("dk", got[1], c.hkv, c.d, true, &SeqRef::dk, tol.bwd);
+        pass &= check("dv", got[2], c.hkv, c.dv, true, &SeqRef::dv, tol.bwd);
+        for (int x = 0; x < 3; ++x) first[x] = got[x];
+      } else {
+        for (int x = 0; x < 3; ++x)
+          if (std::memcmp(first[x].data(), got[x].data(), got[x].size() * 4) != 0)
+            std::printf("    backward run 2 differs from run 1\n"), pass = false;
+      }
+    }
+    (void)gpu::free_device(o_in.dev);
+  }
+  for (Tensor* t : {&q, &k, &v, &dout, &o}) (void)gpu::free_device(t->dev);
+  for (int32_t* a : arrays)
+    if (a) (void)gpu::free_device(a);
+  (void)gpu::free_device(lse_dev);
+  std::printf("%s %s [%s] %.0f%% of tolerance\n", pass ? "ok  " : "FAIL", label, kernel.c_str(),
+              100 * g_budget_used);
+  return pass;
+}
+
 }  // namespace
 
 #if defined(FLASH_HIP_CPU_EMULATOR)
@@ -466,6 +773,7 @@ int main(int argc, char** argv) {
       continue;
     g_dtype = dtype;
     for (const Case& c : kCases) failures += run_case(module, c) ? 0 : 1;
+    for (const SeqCase& c : kSeqCases) failures += run_sequence_case(module, c) ? 0 : 1;
   }
   std::printf("%s: %d failing case(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
