@@ -82,6 +82,17 @@ FLASH_HOST_DEVICE int64_t q_row_offset(const int64_t* stride, const Sequence& s,
   return row_offset(stride, s.q_batch, s.q_row + i, h);
 }
 
+// Row 0 of sequence s in a q-shaped tensor (q, o, dout, dq) or, not paged, a k-shaped one
+// (k, v, dk, dv): kernels that rebase their pointers once keep fewer registers per row.
+template <class P>
+FLASH_HOST_DEVICE P* q_rows_of(P* t, const int64_t* stride, const Sequence& s) {
+  return t + row_offset(stride, s.q_batch, s.q_row, 0);
+}
+template <class P>
+FLASH_HOST_DEVICE P* kv_rows_of(P* t, const int64_t* stride, const Sequence& s) {
+  return t + row_offset(stride, s.kv_batch, s.kv_row, 0);
+}
+
 // Element offset of key `key` (< s.seqlen_kv) of kv head hk in k, v, dk or dv; -1 when the
 // paged cache's block table names a page outside [0, num_pages) (the key is then hidden).
 FLASH_DEVICE int64_t kv_row_offset(const KernelProblem& p, const int64_t* stride, const Sequence& s,

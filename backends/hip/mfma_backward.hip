@@ -77,8 +77,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t kb = block % kv_blocks;
   const int64_t hk = (block / kv_blocks) % p.heads_kv;
   const Sequence seq = sequence_of(p, block / (kv_blocks * p.heads_kv));
-  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
-  p.seqlen_kv = seq.seqlen_kv;
+  p.seqlen_q = seq.seqlen_q;    // from here on: the sequence's lengths, and its rows from 0
+  p.seqlen_kv = seq.seqlen_kv;  // (pointers rebased once: fewer scalar registers per row)
+  q = q_rows_of(q, p.q_stride, seq), o = q_rows_of(o, p.o_stride, seq);
+  dout = q_rows_of(dout, p.o_stride, seq), lse += seq.lse_row;
+  k = kv_rows_of(k, p.k_stride, seq), v = kv_rows_of(v, p.v_stride, seq);
+  dk = kv_rows_of(dk, p.k_stride, seq), dv = kv_rows_of(dv, p.v_stride, seq);
+  const int64_t lse_head = seq.lse_head;
 
   const int wave = threadIdx.x / mfma::kWave;
   const int col = mfma::lane_col(), half = mfma::lane_half();
@@ -91,9 +96,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
                                : p.seqlen_kv - 1;
 
   Operand k_op[kSteps], v_op[kSteps];
-  load_row_operands<T>(k_op, k + kv_row_offset(p, p.k_stride, seq, key_ok ? key : 0, hk), key_ok,
+  load_row_operands<T>(k_op, k + row_offset(p.k_stride, 0, key_ok ? key : 0, hk), key_ok,
                        p.head_dim);
-  load_row_operands<T>(v_op, v + kv_row_offset(p, p.v_stride, seq, key_ok ? key : 0, hk), key_ok,
+  load_row_operands<T>(v_op, v + row_offset(p.v_stride, 0, key_ok ? key : 0, hk), key_ok,
                        p.head_dim_v);
   mfma::Acc dk_acc[kDBlocks], dv_acc[kDBlocks];
 #pragma unroll
@@ -101,7 +106,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   const RowRange rows = rows_seeing(p, key0, last_key);
   for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
-    const float* lse_h = lse + seq.lse_row + h * seq.lse_head;
+    const float* lse_h = lse + h * lse_head;
     for (int64_t t0 = rows.first; t0 <= rows.last; t0 += QT) {
       __syncthreads();
       for (int c = threadIdx.x; c < QT * D; c += Tile::kThreads) {
@@ -109,10 +114,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int64_t i = t0 + r;
         const bool ok = i < p.seqlen_q;
         const uint16_t qb =
-            ok && d < p.head_dim ? q[q_row_offset(p.q_stride, seq, i, h) + d].bits : uint16_t{0};
-        const uint16_t db = ok && d < p.head_dim_v
-                                ? dout[q_row_offset(p.o_stride, seq, i, h) + d].bits
-                                : uint16_t{0};
+            ok && d < p.head_dim ? q[row_offset(p.q_stride, 0, i, h) + d].bits : uint16_t{0};
+        const uint16_t db =
+            ok && d < p.head_dim_v ? dout[row_offset(p.o_stride, 0, i, h) + d].bits : uint16_t{0};
         q_lds[r][d] = qb;
         qt_lds[d][r] = qb;
         do_lds[r][d] = db;
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int64_t i = t0 + r;
         float part = 0.f;
         if (i < p.seqlen_q) {
-          const T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
+          const T* o_row = o + row_offset(p.o_stride, 0, i, h);
           for (int d = sub; d < p.head_dim_v; d += kDeltaLanes)
             part += to_float(T{do_lds[r][d]}) * to_float(o_row[d]);
         }
@@ -170,8 +174,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   }
   if (!key_ok) return;
-  T* dk_row = dk + kv_row_offset(p, p.k_stride, seq, key, hk);
-  T* dv_row = dv + kv_row_offset(p, p.v_stride, seq, key, hk);
+  T* dk_row = dk + row_offset(p.k_stride, 0, key, hk);
+  T* dv_row = dv + row_offset(p.v_stride, 0, key, hk);
 #pragma unroll
   for (int db = 0; db < kDBlocks; ++db)
 #pragma unroll
@@ -203,8 +207,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t h = (block / q_blocks) % p.heads_q;
   const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
   const int64_t hk = h / p.group;
-  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
-  p.seqlen_kv = seq.seqlen_kv;
+  p.seqlen_q = seq.seqlen_q;    // from here on: the sequence's lengths, and its rows from 0
+  p.seqlen_kv = seq.seqlen_kv;  // (pointers rebased once: fewer scalar registers per row)
+  q = q_rows_of(q, p.q_stride, seq), o = q_rows_of(o, p.o_stride, seq);
+  dout = q_rows_of(dout, p.o_stride, seq), dq = q_rows_of(dq, p.q_stride, seq);
+  k = kv_rows_of(k, p.k_stride, seq), v = kv_rows_of(v, p.v_stride, seq);
+  lse += seq.lse_row;
+  const int64_t lse_head = seq.lse_head;
 
   const int wave = threadIdx.x / mfma::kWave;
   const int col = mfma::lane_col(), half = mfma::lane_half();
@@ -217,12 +226,12 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t ii = row_ok ? i : 0;
 
   Operand q_op[kSteps], do_op[kSteps];
-  load_row_operands<T>(q_op, q + q_row_offset(p.q_stride, seq, ii, h), row_ok, p.head_dim);
-  const T* do_row = dout + q_row_offset(p.o_stride, seq, ii, h);
+  load_row_operands<T>(q_op, q + row_offset(p.q_stride, 0, ii, h), row_ok, p.head_dim);
+  const T* do_row = dout + row_offset(p.o_stride, 0, ii, h);
   load_row_operands<T>(do_op, do_row, row_ok, p.head_dim_v);
   float delta = 0.f;  // this lane's half of rowsum(dO ∘ O), then the whole
   if (row_ok) {
-    const T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
+    const T* o_row = o + row_offset(p.o_stride, 0, i, h);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)
 #pragma unroll
@@ -232,7 +241,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       }
   }
   delta = mfma::across_halves_sum(delta);
-  const float lse2 = row_ok ? lse[seq.lse_row + h * seq.lse_head + i] * kLog2e : -INFINITY;
+  const float lse2 = row_ok ? lse[h * lse_head + i] * kLog2e : -INFINITY;
   mfma::Acc dq_acc[kDBlocks];
 #pragma unroll
   for (int db = 0; db < kDBlocks; ++db) dq_acc[db] = mfma::zero_acc();
@@ -245,14 +254,12 @@ __global__ void __launch_bounds__(Tile::kThreads)
       const int j = c / D, d = c % D;
       const int64_t key = t0 + j;
       const bool key_ok = key < p.seqlen_kv;
-      const uint16_t kb = key_ok && d < p.head_dim
-                              ? k[kv_row_offset(p, p.k_stride, seq, key, hk) + d].bits
-                              : uint16_t{0};
+      const uint16_t kb =
+          key_ok && d < p.head_dim ? k[row_offset(p.k_stride, 0, key, hk) + d].bits : uint16_t{0};
       k_lds[j][d] = kb;
       kt_lds[d][j] = kb;
-      v_lds[j][d] = key_ok && d < p.head_dim_v
-                        ? v[kv_row_offset(p, p.v_stride, seq, key, hk) + d].bits
-                        : uint16_t{0};
+      v_lds[j][d] =
+          key_ok && d < p.head_dim_v ? v[row_offset(p.v_stride, 0, key, hk) + d].bits : uint16_t{0};
     }
     __syncthreads();
 #pragma unroll
@@ -286,7 +293,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   }
   if (!row_ok) return;
-  T* dq_row = dq + q_row_offset(p.q_stride, seq, i, h);
+  T* dq_row = dq + row_offset(p.q_stride, 0, i, h);
 #pragma unroll
   for (int db = 0; db < kDBlocks; ++db)
 #pragma unroll

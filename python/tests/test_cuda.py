@@ -87,6 +87,31 @@ def test_cuda_graph_capture(gen):
     assert torch.equal(lens, lens_before)  # like FlashAttention, cache_seqlens is not advanced
 
 
+@needs_cuda
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_flash_check_validates_device_arrays(backend, gen, monkeypatch):
+    """Device sequence arrays are read by no host code unless FLASH_CHECK=1: then a bad entry
+    raises naming the array, the index and the value; without it the kernels clamp what they
+    read (no fault; the result is unspecified). hip: the hip-on-cuda module, where present."""
+    info = {b.name: b for b in flashattn.backends()}.get(backend)
+    if info is None or not info.available:
+        pytest.skip(f"{backend} backend unavailable: {getattr(info, 'reason', 'not built')}")
+    q = naive.randn(6, 2, 64, device="cuda", gen=gen).half()
+    good = torch.tensor([0, 2, 4, 6], dtype=torch.int32, device="cuda")
+    bad = torch.tensor([0, 4, 2, 6], dtype=torch.int32, device="cuda")  # decreases at index 2
+    kw = {"cu_seqlens_kv": good, "max_seqlen_q": 4, "max_seqlen_kv": 2, "backend": backend}
+    monkeypatch.delenv("FLASH_CHECK", raising=False)
+    flashattn.attention(q, q, q, cu_seqlens_q=bad, **kw)
+    torch.cuda.synchronize()
+    monkeypatch.setenv("FLASH_CHECK", "1")
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[2\] = 2"):
+        flashattn.attention(q, q, q, cu_seqlens_q=bad, **kw)
+    o = flashattn.attention(q, q, q, cu_seqlens_q=good, **kw)
+    ref = flashattn.attention(q.cpu(), q.cpu(), q.cpu(), cu_seqlens_q=good.cpu(), cu_seqlens_kv=good.cpu(),
+                              backend="reference")
+    assert torch.allclose(o.cpu().float(), ref.float(), atol=1e-2)
+
+
 @needs_custom_op
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_keeps_one_graph(device, gen):
