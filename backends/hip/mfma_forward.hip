@@ -35,7 +35,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr int kDBlocks = D / mfma::kTile;    // 32-column blocks of O^T
   __shared__ __attribute__((aligned(16))) uint16_t k_lds[KV][D + P];
   __shared__ __attribute__((aligned(16))) uint16_t vt_lds[D][KV + P];
-  __shared__ bool key_read[KV];  // false: a paged key whose page id is out of range
+  // Row offsets of the tile's keys in k / v, looked up once per tile; -1: past the sequence,
+  // or a paged key whose page id is out of range (hidden: it takes no part in any row).
+  __shared__ int64_t k_at[KV], v_at[KV];
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
   const int64_t block = blockIdx.x;
@@ -84,14 +86,16 @@ __global__ void __launch_bounds__(Tile::kThreads)
     __syncthreads();
     // Stage K (row-major) and V^T; keys past seqlen_kv and columns past the head dim
     // are zero, so padded products add nothing and P·V never sees garbage.
+    for (int j = threadIdx.x; j < KV; j += Tile::kThreads) {
+      const int64_t key = t0 + j;
+      k_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
+      v_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
+    }
+    __syncthreads();
     for (int c = threadIdx.x; c < KV * D; c += Tile::kThreads) {
       const int j = c / D, d = c % D;
-      const int64_t key = t0 + j;
-      const int64_t k_at = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
-      const int64_t v_at = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
-      k_lds[j][d] = k_at >= 0 && d < p.head_dim ? k[k_at + d].bits : uint16_t{0};
-      vt_lds[d][j] = v_at >= 0 && d < p.head_dim_v ? v[v_at + d].bits : uint16_t{0};
-      if (d == 0) key_read[j] = k_at >= 0;
+      k_lds[j][d] = k_at[j] >= 0 && d < p.head_dim ? k[k_at[j] + d].bits : uint16_t{0};
+      vt_lds[d][j] = v_at[j] >= 0 && d < p.head_dim_v ? v[v_at[j] + d].bits : uint16_t{0};
     }
     __syncthreads();
 
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int r = 0; r < 16; ++r) {
         const int j = kt * mfma::kTile + mfma::acc_row(r);
         const int64_t key = t0 + j;
-        const float x = key >= mine.lo && key <= mine.hi && key_read[j]
+        const float x = key >= mine.lo && key <= mine.hi && k_at[j] >= 0
                             ? logit_log2(p, s_acc[kt][r])
                             : -INFINITY;
         s_acc[kt][r] = x;

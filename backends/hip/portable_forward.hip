@@ -26,7 +26,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr int G = Tile::kGroup, N = Tile::kPerLane, D = Tile::kDim, KV = Tile::kTileRows;
   __shared__ float k_tile[KV][D];
   __shared__ float v_tile[KV][D];
-  __shared__ bool key_read[KV];  // false: a paged key whose page id is out of range
+  // Row offsets of the tile's keys in k / v, looked up once per tile; -1: past the sequence,
+  // or a paged key whose page id is out of range (hidden: it takes no part in any row).
+  __shared__ int64_t k_at[KV], v_at[KV];
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
   const int64_t block = blockIdx.x;
@@ -62,14 +64,16 @@ __global__ void __launch_bounds__(Tile::kThreads)
   float m = -INFINITY, l = 0.f;  // running max (log2 units) and partial-free row sum
   for (int64_t t0 = kv_begin; t0 <= kv_end; t0 += KV) {
     __syncthreads();  // previous tile fully consumed
+    for (int j = threadIdx.x; j < KV; j += Tile::kThreads) {
+      const int64_t key = t0 + j;
+      k_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
+      v_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
       const int j = idx / D, d = idx % D;
-      const int64_t key = t0 + j;
-      const int64_t k_at = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
-      const int64_t v_at = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
-      k_tile[j][d] = k_at >= 0 && d < p.head_dim ? to_float(k[k_at + d]) : 0.f;
-      v_tile[j][d] = v_at >= 0 && d < p.head_dim_v ? to_float(v[v_at + d]) : 0.f;
-      if (d == 0) key_read[j] = k_at >= 0;
+      k_tile[j][d] = k_at[j] >= 0 && d < p.head_dim ? to_float(k[k_at[j] + d]) : 0.f;
+      v_tile[j][d] = v_at[j] >= 0 && d < p.head_dim_v ? to_float(v[v_at[j] + d]) : 0.f;
     }
     __syncthreads();
 
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int n = 0; n < N; ++n) dot += q_reg[n] * k_tile[j][lane + G * n];
       dot = gpu::group_sum<G>(dot);
       const int64_t key = t0 + j;
-      s[j] = key >= mine.lo && key <= mine.hi && key_read[j] ? logit_log2(p, dot) : -INFINITY;
+      s[j] = key >= mine.lo && key <= mine.hi && k_at[j] >= 0 ? logit_log2(p, dot) : -INFINITY;
       tile_max = gpu::is_nan(s[j]) || gpu::is_nan(tile_max) ? NAN : fmaxf(tile_max, s[j]);
     }
     // fmaxf drops NaN; a NaN score must poison the row (as the reference does).
@@ -98,7 +102,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       // A key the row does not see is skipped, not multiplied by p = 0: a NaN or inf in
       // its v must not reach the row (0·NaN = NaN).
       const int64_t key = t0 + j;
-      if (key < mine.lo || key > mine.hi || !key_read[j]) continue;
+      if (key < mine.lo || key > mine.hi || k_at[j] < 0) continue;
       const float pj = gpu::fast_exp2(s[j] - m_new);
       l += pj;
 #pragma unroll
