@@ -4,8 +4,12 @@
 // device arrays when FLASH_CHECK=1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "dispatch/module_abi.h"
 #include "flash/flash.hpp"
@@ -86,6 +90,59 @@ inline int64_t seq_len_kv(const flash_problem& p, const SequenceArrays& a, int64
 // True when any inference field is set (the problem is not one dense batch).
 inline bool has_sequence_arrays(const flash_problem& p) {
   return p.cu_seqlens_q || p.cu_seqlens_kv || p.seqlens_kv || p.block_table;
+}
+
+// [batch, rows] extents of a GPU module's q / o and k / v views and its lse entries: packed
+// rows are one [total, heads, dim] tensor (a total is known only for host arrays, the one case
+// that stages tensors), a paged cache is [num_pages, page_size, heads, dim]. min_packed_rows:
+// the fewest rows a packed view counts (cuda: 1, so that a tensor map always has a row).
+struct SequenceExtents {
+  int64_t q_batch, q_rows, kv_batch, kv_rows, lse_count;
+};
+inline SequenceExtents sequence_extents(const flash_problem& p, int64_t min_packed_rows) {
+  SequenceExtents e{p.batch, p.seqlen_q, p.batch, p.seqlen_kv, p.batch * p.heads_q * p.seqlen_q};
+  if (p.cu_seqlens_q) {
+    e.q_batch = 1;
+    e.q_rows = std::max<int64_t>(p.total_q, min_packed_rows);
+    e.lse_count = p.heads_q * std::max<int64_t>(p.total_q, 0);
+  }
+  if (p.cu_seqlens_kv) {
+    e.kv_batch = 1;
+    e.kv_rows = std::max<int64_t>(p.total_kv, min_packed_rows);
+  }
+  if (p.block_table) {
+    e.kv_batch = p.num_pages;
+    e.kv_rows = p.page_size;
+  }
+  return e;
+}
+
+// FLASH_CHECK=1 (any value but empty or 0): a GPU module copies device arrays to the host
+// and checks them as host arrays are checked, before any launch (this synchronises; for
+// engines that build the arrays on the device). is_device(ptr) says whether ptr is device
+// memory; copy_to_host(dst, src, count) copies count int32 from it.
+inline bool flash_check_enabled() {
+  const char* v = std::getenv("FLASH_CHECK");
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+template <class IsDevice, class CopyToHost>
+void check_device_sequence_arrays(const flash_problem& p, IsDevice&& is_device,
+                                  CopyToHost&& copy_to_host) {
+  if (!flash_check_enabled() || !has_sequence_arrays(p)) return;
+  const auto host_copy = [&](const int32_t* a, size_t count, std::vector<int32_t>& out) {
+    if (a == nullptr || !is_device(a)) return a;
+    out.resize(count);
+    copy_to_host(out.data(), a, count);
+    return static_cast<const int32_t*>(out.data());
+  };
+  const size_t seqs = static_cast<size_t>(p.batch);
+  std::vector<int32_t> cq, ckv, lens, table;
+  SequenceArrays a;
+  a.cu_seqlens_q = host_copy(p.cu_seqlens_q, seqs + 1, cq);
+  a.cu_seqlens_kv = host_copy(p.cu_seqlens_kv, seqs + 1, ckv);
+  a.seqlens_kv = host_copy(p.seqlens_kv, seqs, lens);
+  a.block_table = host_copy(p.block_table, seqs * static_cast<size_t>(p.pages_per_seq), table);
+  check_sequence_arrays(p, a);
 }
 
 }  // namespace flash::detail

@@ -42,13 +42,6 @@ bool supported_head_dim(int64_t d) {
   return d >= kHeadDimStep && d <= kMaxHeadDim && d % kHeadDimStep == 0;
 }
 
-// FLASH_CHECK=1: copy device sequence arrays to the host and validate them before a
-// launch (synchronises; for debugging engines that build the arrays on the device).
-bool flash_check_enabled() {
-  const char* v = std::getenv("FLASH_CHECK");
-  return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
-}
-
 const char* dtype_name(int dtype) {
   return dtype == FLASH_F32 ? "f32" : dtype == FLASH_F16 ? "f16" : "bf16";
 }
@@ -335,27 +328,10 @@ void fill_shape(FwdParams& f, const flash_problem& p) {
   f.num_seqs = static_cast<int>(p.batch);
 }
 
-// [batch, rows] extents of q/o and k/v (packed rows [1, total] with cu_seqlens; a total
-// is known here only for host arrays, which is when staging needs it) and lse entries.
-struct Extents {
-  int64_t q_batch, q_rows, kv_batch, kv_rows, lse_count;
-};
-Extents extents(const flash_problem& p) {
-  Extents e{p.batch, p.seqlen_q, p.batch, p.seqlen_kv, p.batch * p.heads_q * p.seqlen_q};
-  if (p.cu_seqlens_q) {
-    e.q_batch = 1;
-    e.q_rows = std::max<int64_t>(p.total_q, 1);
-    e.lse_count = p.heads_q * std::max<int64_t>(p.total_q, 0);
-  }
-  if (p.cu_seqlens_kv) {
-    e.kv_batch = 1;
-    e.kv_rows = std::max<int64_t>(p.total_kv, 1);
-  }
-  if (p.block_table) {  // [num_pages, page_size, heads, dim]
-    e.kv_batch = p.num_pages;
-    e.kv_rows = p.page_size;
-  }
-  return e;
+// q / o and k / v extents for staging (dispatch/sequence_arrays.hpp); a packed view counts at
+// least one row: its tensor map needs one.
+flash::detail::SequenceExtents extents(const flash_problem& p) {
+  return flash::detail::sequence_extents(p, 1);
 }
 
 // Host arrays travel with the host tensors (the staging path); device arrays stay. With
@@ -365,21 +341,12 @@ void stage_sequence_arrays(HostStaging& staging, FwdParams& f, const flash_probl
   staging.stage("cu_seqlens_q", f.cu_seqlens_q, sizeof(int) * (seqs + 1), false);
   staging.stage("cu_seqlens_kv", f.cu_seqlens_kv, sizeof(int) * (seqs + 1), false);
   staging.stage("seqlens_kv", f.seqlens_kv, sizeof(int) * seqs, false);
-  if (!flash_check_enabled() || !flash::detail::has_sequence_arrays(p)) return;
-  const auto host_copy = [&](const int32_t* dev, size_t count, std::vector<int32_t>& out) {
-    if (!dev || !is_device_pointer(dev)) return dev;
-    out.resize(count);
-    check_cuda(cudaMemcpy(out.data(), dev, count * sizeof(int32_t), cudaMemcpyDeviceToHost),
-               "FLASH_CHECK: copying the sequence arrays to the host");
-    return static_cast<const int32_t*>(out.data());
-  };
-  std::vector<int32_t> cq, ckv, lens, table;
-  flash::detail::SequenceArrays a;
-  a.cu_seqlens_q = host_copy(p.cu_seqlens_q, seqs + 1, cq);
-  a.cu_seqlens_kv = host_copy(p.cu_seqlens_kv, seqs + 1, ckv);
-  a.seqlens_kv = host_copy(p.seqlens_kv, seqs, lens);
-  a.block_table = host_copy(p.block_table, seqs * static_cast<size_t>(p.pages_per_seq), table);
-  flash::detail::check_sequence_arrays(p, a);
+  flash::detail::check_device_sequence_arrays(
+      p, [](const int32_t* a) { return is_device_pointer(a); },
+      [](int32_t* dst, const int32_t* src, size_t count) {
+        check_cuda(cudaMemcpy(dst, src, count * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                   "FLASH_CHECK: copying the sequence arrays to the host");
+      });
 }
 
 DecodeDevice decode_device(const DeviceInfo& d) {
@@ -516,7 +483,7 @@ struct CudaBackend {
     f.v = v;
     f.o = o;
     f.lse = p.lse;
-    const Extents e = extents(p);
+    const auto e = extents(p);
     staging.stage("q", f.q,
                   eb * extent_elems(p.q_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim), false);
     staging.stage("k", f.k,
@@ -644,7 +611,7 @@ struct CudaBackend {
     check_aligned("dv (v strides)", dv, p.v_stride, eb);
     auto stream = static_cast<cudaStream_t>(p.stream);
 
-    const Extents e = extents(p);
+    const auto e = extents(p);
     const size_t q_bytes =
         eb * extent_elems(p.q_stride, e.q_batch, e.q_rows, p.heads_q, p.head_dim);
     const size_t k_bytes =
@@ -746,7 +713,7 @@ struct CudaBackend {
     const size_t eb = dtype_bytes(p.dtype);
     // Packed rows: total_q is known exactly when cu_seqlens_q is host memory, the only
     // case that stages (device arrays come with device tensors).
-    const Extents e = extents(p);
+    const auto e = extents(p);
     const int64_t rows = p.cu_seqlens_q ? std::max<int64_t>(p.total_q, 0) : p.batch * p.seqlen_q;
     MergeParams m{};
     m.batch = p.batch;

@@ -223,54 +223,16 @@ KernelProblem to_kernel_problem(const flash_problem& p) {
   return k;
 }
 
-// [batch, rows] extents of q / o and k / v and the lse count: packed rows are one
-// [total, heads, dim] tensor (a total is known here only for host arrays, the only case
-// that stages), a paged cache is [num_pages, page_size, heads, dim].
-struct Extents {
-  int64_t q_batch, q_rows, kv_batch, kv_rows, lse_count;
-};
-Extents extents(const flash_problem& p) {
-  Extents e{p.batch, p.seqlen_q, p.batch, p.seqlen_kv, p.batch * p.heads_q * p.seqlen_q};
-  if (p.cu_seqlens_q) {
-    e.q_batch = 1;
-    e.q_rows = std::max<int64_t>(p.total_q, 0);
-    e.lse_count = p.heads_q * e.q_rows;
-  }
-  if (p.cu_seqlens_kv) {
-    e.kv_batch = 1;
-    e.kv_rows = std::max<int64_t>(p.total_kv, 0);
-  }
-  if (p.block_table) {
-    e.kv_batch = p.num_pages;
-    e.kv_rows = p.page_size;
-  }
-  return e;
-}
-
-// FLASH_CHECK=1: device sequence arrays are copied to the host and content-checked
-// before a launch, as host arrays always are (this synchronises; for engines that build
-// the arrays on the device).
+// FLASH_CHECK=1: device sequence arrays copied to the host and checked like host arrays
+// (dispatch/sequence_arrays.hpp; this synchronises).
 void flash_check_device_arrays(const flash_problem& p) {
-  const char* v = std::getenv("FLASH_CHECK");
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0 ||
-      !flash::detail::has_sequence_arrays(p))
-    return;
-  const auto host_copy = [&](const int32_t* a, size_t count, std::vector<int32_t>& out) {
-    if (a == nullptr || !gpu::is_device_pointer(a)) return a;
-    out.resize(count);
-    check(gpu::copy_to_host(out.data(), a, count * sizeof(int32_t), nullptr),
-          "FLASH_CHECK: copying the sequence arrays to the host");
-    check(gpu::synchronize(nullptr), "FLASH_CHECK: copying the sequence arrays to the host");
-    return static_cast<const int32_t*>(out.data());
-  };
-  const size_t seqs = static_cast<size_t>(p.batch);
-  std::vector<int32_t> cq, ckv, lens, table;
-  flash::detail::SequenceArrays a;
-  a.cu_seqlens_q = host_copy(p.cu_seqlens_q, seqs + 1, cq);
-  a.cu_seqlens_kv = host_copy(p.cu_seqlens_kv, seqs + 1, ckv);
-  a.seqlens_kv = host_copy(p.seqlens_kv, seqs, lens);
-  a.block_table = host_copy(p.block_table, seqs * static_cast<size_t>(p.pages_per_seq), table);
-  flash::detail::check_sequence_arrays(p, a);
+  flash::detail::check_device_sequence_arrays(
+      p, [](const int32_t* a) { return gpu::is_device_pointer(a); },
+      [](int32_t* dst, const int32_t* src, size_t count) {
+        check(gpu::copy_to_host(dst, src, count * sizeof(int32_t), nullptr),
+              "FLASH_CHECK: copying the sequence arrays to the host");
+        check(gpu::synchronize(nullptr), "FLASH_CHECK: copying the sequence arrays to the host");
+      });
 }
 
 // Elements spanned by a [batch, seq, heads, dim] view with these strides.
@@ -366,7 +328,7 @@ struct HipBackend {
     flash_check_device_arrays(p);
     gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
     const size_t eb = dtype_bytes(p.dtype);
-    const Extents x = extents(p);
+    const auto x = flash::detail::sequence_extents(p, 0);
     Staging st(stream);
     ForwardArgs a{};
     a.q = st.on_device(q, eb * span_elems(p.q_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim),
@@ -395,7 +357,7 @@ struct HipBackend {
     flash_check_device_arrays(p);
     gpu::Stream stream = static_cast<gpu::Stream>(p.stream);
     const size_t eb = dtype_bytes(p.dtype);
-    const Extents x = extents(p);
+    const auto x = flash::detail::sequence_extents(p, 0);
     const size_t q_bytes = eb * span_elems(p.q_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim);
     const size_t k_bytes =
         eb * span_elems(p.k_stride, x.kv_batch, x.kv_rows, p.heads_kv, p.head_dim);
