@@ -1,7 +1,8 @@
 // Content checks of the inference arrays (cu_seqlens_q/kv, seqlens_kv, block_table)
 // and the per-sequence lengths they define. Header-only: the core runs the checks on
 // host arrays before any work, and a GPU module runs the same checks on host copies of
-// device arrays when FLASH_CHECK=1.
+// device arrays when FLASH_CHECK=1 (check_device_sequence_arrays); sequence_extents gives a
+// GPU module the rows of packed and paged views for staging host tensors.
 #pragma once
 
 #include <algorithm>
