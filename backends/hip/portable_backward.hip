@@ -52,8 +52,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t h = (block / q_blocks) % p.heads_q;
   const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
   const int64_t hk = h / p.group;
-  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
-  p.seqlen_kv = seq.seqlen_kv;
+  p.seqlen_q = seq.seqlen_q;    // from here on: the sequence's lengths, and its rows from 0
+  p.seqlen_kv = seq.seqlen_kv;  // (pointers rebased once, as in mfma_backward.hip)
+  q = q_rows_of(q, p.q_stride, seq), o = q_rows_of(o, p.o_stride, seq);
+  dout = q_rows_of(dout, p.o_stride, seq), dq = q_rows_of(dq, p.q_stride, seq);
+  k = kv_rows_of(k, p.k_stride, seq), v = kv_rows_of(v, p.v_stride, seq);
+  lse += seq.lse_row;
+  const int64_t lse_head = seq.lse_head;
 
   const int lane = threadIdx.x % G;
   const int64_t row0 = qb * Tile::kRowsPerBlock;
@@ -65,9 +70,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   float q_reg[N], do_reg[N], dq_acc[N];
   const int64_t ii = row_ok ? i : 0;
-  const T* q_row = q + q_row_offset(p.q_stride, seq, ii, h);
-  const T* o_row = o + q_row_offset(p.o_stride, seq, ii, h);
-  const T* do_row = dout + q_row_offset(p.o_stride, seq, ii, h);
+  const T* q_row = q + row_offset(p.q_stride, 0, ii, h);
+  const T* o_row = o + row_offset(p.o_stride, 0, ii, h);
+  const T* do_row = dout + row_offset(p.o_stride, 0, ii, h);
   float delta = 0.f;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
@@ -78,7 +83,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     dq_acc[n] = 0.f;
   }
   delta = gpu::group_sum<G>(delta);
-  const float lse2 = row_ok ? lse[seq.lse_row + h * seq.lse_head + i] * kLog2e : -INFINITY;
+  const float lse2 = row_ok ? lse[h * lse_head + i] * kLog2e : -INFINITY;
 
   const int64_t kv_begin = visible_keys(p, row0).lo;
   const int64_t kv_end = visible_keys(p, last_row).hi;
@@ -87,13 +92,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
     for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
       const int j = idx / D, d = idx % D;
       const int64_t key = t0 + j;
-      const bool key_ok = key < p.seqlen_kv;  // (packed or dense keys: never paged here)
-      k_tile[j][d] = key_ok && d < p.head_dim
-                         ? to_float(k[kv_row_offset(p, p.k_stride, seq, key, hk) + d])
-                         : 0.f;
-      v_tile[j][d] = key_ok && d < p.head_dim_v
-                         ? to_float(v[kv_row_offset(p, p.v_stride, seq, key, hk) + d])
-                         : 0.f;
+      const bool key_ok = key < p.seqlen_kv;
+      k_tile[j][d] =
+          key_ok && d < p.head_dim ? to_float(k[row_offset(p.k_stride, 0, key, hk) + d]) : 0.f;
+      v_tile[j][d] =
+          key_ok && d < p.head_dim_v ? to_float(v[row_offset(p.v_stride, 0, key, hk) + d]) : 0.f;
     }
     __syncthreads();
 #pragma unroll 4
@@ -114,7 +117,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   }
   if (!row_ok) return;
-  T* dq_row = dq + q_row_offset(p.q_stride, seq, i, h);
+  T* dq_row = dq + row_offset(p.q_stride, 0, i, h);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;
@@ -140,8 +143,13 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const int64_t kb = block % kv_blocks;
   const int64_t hk = (block / kv_blocks) % p.heads_kv;
   const Sequence seq = sequence_of(p, block / (kv_blocks * p.heads_kv));
-  p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
-  p.seqlen_kv = seq.seqlen_kv;
+  p.seqlen_q = seq.seqlen_q;    // from here on: the sequence's lengths, and its rows from 0
+  p.seqlen_kv = seq.seqlen_kv;  // (pointers rebased once, as in mfma_backward.hip)
+  q = q_rows_of(q, p.q_stride, seq), o = q_rows_of(o, p.o_stride, seq);
+  dout = q_rows_of(dout, p.o_stride, seq), lse += seq.lse_row;
+  k = kv_rows_of(k, p.k_stride, seq), v = kv_rows_of(v, p.v_stride, seq);
+  dk = kv_rows_of(dk, p.k_stride, seq), dv = kv_rows_of(dv, p.v_stride, seq);
+  const int64_t lse_head = seq.lse_head;
 
   const int lane = threadIdx.x % G;
   const int64_t key0 = kb * kRows;
@@ -153,8 +161,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
   float k_reg[N], v_reg[N], dk_acc[N], dv_acc[N];
   {
     const int64_t kk = key_ok ? key : 0;
-    const T* k_row = k + kv_row_offset(p, p.k_stride, seq, kk, hk);
-    const T* v_row = v + kv_row_offset(p, p.v_stride, seq, kk, hk);
+    const T* k_row = k + row_offset(p.k_stride, 0, kk, hk);
+    const T* v_row = v + row_offset(p.v_stride, 0, kk, hk);
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       const int d = lane + G * n;
@@ -167,7 +175,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   // Fixed order over the group's query heads and query tiles: deterministic sums.
   for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
-    const float* lse_h = lse + seq.lse_row + h * seq.lse_head;
+    const float* lse_h = lse + h * lse_head;
     for (int64_t t0 = rows.first; t0 <= rows.last; t0 += QT) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < QT * D; idx += Tile::kThreads) {
@@ -175,9 +183,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const int64_t i = t0 + r;
         const bool ok = i < p.seqlen_q;
         q_tile[r][d] =
-            ok && d < p.head_dim ? to_float(q[q_row_offset(p.q_stride, seq, i, h) + d]) : 0.f;
+            ok && d < p.head_dim ? to_float(q[row_offset(p.q_stride, 0, i, h) + d]) : 0.f;
         do_tile[r][d] =
-            ok && d < p.head_dim_v ? to_float(dout[q_row_offset(p.o_stride, seq, i, h) + d]) : 0.f;
+            ok && d < p.head_dim_v ? to_float(dout[row_offset(p.o_stride, 0, i, h) + d]) : 0.f;
       }
       for (int r = threadIdx.x; r < QT; r += Tile::kThreads)
         lse2_tile[r] = t0 + r < p.seqlen_q ? lse_h[t0 + r] * kLog2e : -INFINITY;
@@ -189,7 +197,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
         const bool ok = r < QT && i < p.seqlen_q;
         float part = 0.f;
         if (ok) {
-          const T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
+          const T* o_row = o + row_offset(p.o_stride, 0, i, h);
 #pragma unroll
           for (int n = 0; n < N; ++n) {
             const int d = lane + G * n;
@@ -225,8 +233,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
     }
   }
   if (!key_ok) return;
-  T* dk_row = dk + kv_row_offset(p, p.k_stride, seq, key, hk);
-  T* dv_row = dv + kv_row_offset(p, p.v_stride, seq, key, hk);
+  T* dk_row = dk + row_offset(p.k_stride, 0, key, hk);
+  T* dv_row = dv + row_offset(p.v_stride, 0, key, hk);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;

@@ -179,6 +179,27 @@ Tensor output(size_t n) {  // poisoned with NaN (all-ones bytes)
   return t;
 }
 
+// An f32 lse output of n values on the device, poisoned with NaN.
+float* nan_lse_on_device(size_t n) {
+  void* d = nullptr;
+  ok(gpu::malloc_device(&d, n * 4 + 4), "malloc lse");
+  std::vector<float> nan_lse(n, NAN);
+  if (n) ok(gpu::copy_to_device(d, nan_lse.data(), n * 4, nullptr), "copy");
+  return static_cast<float*>(d);
+}
+
+// The kernel choose() names for p; false (and a FAIL line) when it declines.
+bool chosen_kernel(const flash_backend_module* module, const flash_problem& p, const char* label,
+                   std::string& kernel) {
+  flash_message msg{};
+  if (module->choose(&p, FLASH_FORWARD, &msg) != FLASH_OK) {
+    std::printf("FAIL %s: choose declined: %s\n", label, msg.text);
+    return false;
+  }
+  kernel = msg.text;
+  return true;
+}
+
 // ---- reference (double) and comparison -----------------------------------------
 double g_budget_used = 0;  // largest error / tolerance of the current case
 
@@ -210,6 +231,22 @@ bool compare(const char* what, const std::vector<float>& got, const std::vector<
     std::printf("    %s: error %.3g of max %.3g (relative %.3g > %.3g)\n", what, max_err, max_ref,
                 rel, tol);
   return pass;
+}
+
+// lse against its reference: -inf exactly where the reference has it (rows that see no key),
+// else within tol (absolute, natural-log units); NaN fails.
+bool lse_matches(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  double err = 0;
+  for (size_t x = 0; x < got.size(); ++x) {
+    if (std::isinf(want[x]) || std::isinf(got[x])) {
+      if (got[x] != want[x]) err = INFINITY;
+      continue;
+    }
+    err = std::fmax(err, std::isnan(got[x]) ? INFINITY : std::fabs(got[x] - want[x]));
+  }
+  g_budget_used = std::fmax(g_budget_used, err / tol);
+  if (err > tol) std::printf("    lse: max error %.3g > %.3g\n", err, tol);
+  return err <= tol;
 }
 
 // Offsets of the logical elements of a [batch, seq, heads, dim] view.
@@ -255,18 +292,11 @@ bool run_case(const flash_backend_module* module, const Case& c) {
     p.q_stride[a] = lq.s[a], p.k_stride[a] = lk.s[a], p.v_stride[a] = lv.s[a],
     p.o_stride[a] = lo.s[a];
   const size_t n_lse = static_cast<size_t>(c.batch * c.hq * c.sq);
-  void* lse_dev = nullptr;
-  ok(gpu::malloc_device(&lse_dev, n_lse * 4), "malloc lse");
-  std::vector<float> nan_lse(n_lse, NAN);
-  ok(gpu::copy_to_device(lse_dev, nan_lse.data(), n_lse * 4, nullptr), "copy");
-  p.lse = static_cast<float*>(lse_dev);
-
+  float* const lse_dev = nan_lse_on_device(n_lse);
+  p.lse = lse_dev;
+  std::string kernel;
+  if (!chosen_kernel(module, p, label, kernel)) return false;
   flash_message msg{};
-  if (module->choose(&p, FLASH_FORWARD, &msg) != FLASH_OK) {
-    std::printf("FAIL %s: choose declined: %s\n", label, msg.text);
-    return false;
-  }
-  const std::string kernel = msg.text;
 
   // Reference forward and backward in double.
   const int64_t group = c.hq / c.hkv;
@@ -353,16 +383,7 @@ bool run_case(const flash_backend_module* module, const Case& c) {
     std::vector<float> lse(n_lse);
     ok(gpu::copy_to_host(lse.data(), lse_dev, n_lse * 4, nullptr), "copy lse");
     ok(gpu::synchronize(nullptr), "sync");
-    double err = 0;
-    for (size_t x = 0; x < n_lse; ++x) {
-      if (std::isinf(lse_ref[x]) || std::isinf(lse[x])) {
-        if (lse[x] != lse_ref[x]) err = INFINITY;
-        continue;
-      }
-      err = std::fmax(err, std::isnan(lse[x]) ? INFINITY : std::fabs(lse[x] - lse_ref[x]));
-    }
-    g_budget_used = std::fmax(g_budget_used, err / tol.lse);
-    if (err > tol.lse) std::printf("    lse: max error %.3g > %.3g\n", err, tol.lse), pass = false;
+    pass &= lse_matches(lse, lse_ref, tol.lse);
   }
 
   // Backward from the reference forward (o rounded to dtype), run twice.
@@ -621,18 +642,11 @@ bool run_sequence_case(const flash_backend_module* module, const SeqCase& c) {
   const auto lse_at = [&](int64_t b, int64_t h, int64_t i) {
     return static_cast<size_t>(packed_q ? h * total_q + cu_q[b] + i : (b * c.hq + h) * max_q + i);
   };
-  void* lse_dev = nullptr;
-  ok(gpu::malloc_device(&lse_dev, n_lse * 4 + 4), "malloc lse");
-  std::vector<float> nan_lse(n_lse, NAN);
-  ok(gpu::copy_to_device(lse_dev, nan_lse.data(), n_lse * 4, nullptr), "copy");
-  p.lse = static_cast<float*>(lse_dev);
-
+  float* const lse_dev = nan_lse_on_device(n_lse);
+  p.lse = lse_dev;
+  std::string kernel;
+  if (!chosen_kernel(module, p, label, kernel)) return false;
   flash_message msg{};
-  if (module->choose(&p, FLASH_FORWARD, &msg) != FLASH_OK) {
-    std::printf("FAIL %s: choose declined: %s\n", label, msg.text);
-    return false;
-  }
-  const std::string kernel = msg.text;
   const Tol tol = tolerance();
   g_budget_used = 0;
   bool pass = true;
@@ -665,20 +679,15 @@ bool run_sequence_case(const flash_backend_module* module, const SeqCase& c) {
     std::vector<float> lse(n_lse);
     ok(gpu::copy_to_host(lse.data(), lse_dev, n_lse * 4, nullptr), "copy lse");
     ok(gpu::synchronize(nullptr), "sync");
-    double err = 0;
+    std::vector<float> got;  // every sequence's rows, in its reference's order
+    std::vector<double> want;
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < c.hq; ++h)
         for (int64_t i = 0; i < c.lens_q[b]; ++i) {
-          const float got = lse[lse_at(b, h, i)];
-          const double want = refs[b].lse[h * c.lens_q[b] + i];
-          if (std::isinf(want) || std::isinf(got)) {
-            if (got != want) err = INFINITY;
-            continue;
-          }
-          err = std::fmax(err, std::isnan(got) ? INFINITY : std::fabs(got - want));
+          got.push_back(lse[lse_at(b, h, i)]);
+          want.push_back(refs[b].lse[h * c.lens_q[b] + i]);
         }
-    g_budget_used = std::fmax(g_budget_used, err / tol.lse);
-    if (err > tol.lse) std::printf("    lse: max error %.3g > %.3g\n", err, tol.lse), pass = false;
+    pass &= lse_matches(got, want, tol.lse);
   }
   // Backward (packed batches only: caches and paged caches are forward-only), twice.
   if (packed) {
