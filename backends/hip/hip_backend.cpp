@@ -18,6 +18,7 @@
 #include "mfma_tiles.h"
 #include "portability.h"
 #include "portable_tiles.h"
+#include "split_kv.h"
 
 #ifndef FLASHATTN_HIP_TARGETS
 #define FLASHATTN_HIP_TARGETS ""
@@ -117,7 +118,8 @@ bool portable_forced() {
 enum class Path { portable, mfma };
 struct Plan {
   Path path;
-  int tile_dim;  // padded head dim of the chosen tile
+  int tile_dim;     // padded head dim of the chosen tile
+  SplitPlan split;  // forward only: the keys cut into split.splits ranges (split_kv.h)
 };
 
 // The one decision: which kernel runs this problem, or why none can.
@@ -158,14 +160,33 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
 #else
   (void)portable;
 #endif
-  Plan chosen{mfma ? Path::mfma : Path::portable, 0};
+  Plan chosen{mfma ? Path::mfma : Path::portable, 0, {}};
   std::string name;
+  int64_t rows_per_block = 1;  // query rows of one forward block
+  const auto take = [&](auto t) {
+    chosen.tile_dim = decltype(t)::kDim;
+    rows_per_block = decltype(t)::kRowsPerBlock;
+  };
   if (mfma) {
-    with_mfma_tile(dim, [&](auto t) { chosen.tile_dim = decltype(t)::kDim; });
+    with_mfma_tile(dim, take);
     name = "mfma32x32x8_d" + std::to_string(chosen.tile_dim);
   } else {
-    with_portable_tile(dim, [&](auto t) { chosen.tile_dim = decltype(t)::kDim; });
+    with_portable_tile(dim, take);
     name = "portable_fma_d" + std::to_string(chosen.tile_dim);
+  }
+  if (direction == FLASH_FORWARD) {
+    const int64_t forward_blocks =
+        (p.seqlen_q + rows_per_block - 1) / rows_per_block * p.heads_q * p.batch;
+    const int64_t partial_bytes =
+        p.batch * p.seqlen_q * p.heads_q * (p.head_dim_v + 1) * int64_t{sizeof(float)};
+    chosen.split = plan_split_kv(forward_blocks, dev.info.compute_units, p.seqlen_kv, partial_bytes,
+                                 flash::detail::env_positive_int("FLASH_HIP_SPLITS"));
+    // (Only a forced split can reach the grids' limits: the merge's x is batch * seqlen_q.)
+    if (static_cast<double>(forward_blocks) * static_cast<double>(chosen.split.splits) >
+            static_cast<double>(kMaxBlocks) ||
+        p.batch * p.seqlen_q > kMaxBlocks)
+      chosen.split = SplitPlan{};
+    if (chosen.split.splits > 1) name += " split-kv(" + std::to_string(chosen.split.splits) + ")";
   }
   // Packed batches, cache lengths and paged caches run on the same kernels (each block
   // in its sequence's rows); the name says which, for FLASH_LOG.
@@ -284,6 +305,44 @@ class Staging {
 
 size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
 
+// The split-KV partials' device memory: one buffer per (device, stream), kept for later
+// calls (a steady workload allocates nothing) and grown when a launch needs more, the old
+// one freed once its stream has finished with it. Held (lock) until the forward's two
+// launches are queued, so host threads sharing a stream do not interleave them.
+struct SplitWorkspace {
+  float* ptr = nullptr;
+  std::unique_lock<std::mutex> lock;
+};
+SplitWorkspace split_workspace(gpu::Stream stream, size_t bytes) {
+  struct Slot {
+    std::mutex mutex;
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  static std::mutex map_mutex;
+  static std::map<std::pair<int, gpu::Stream>, Slot> slots;
+  int device = 0;
+  check(gpu::current_device(&device), "split-kv workspace (current device)");
+  Slot* slot = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(map_mutex);
+    slot = &slots[{device, stream}];  // std::map: the slot's address is stable
+  }
+  SplitWorkspace w;
+  w.lock = std::unique_lock<std::mutex>(slot->mutex);
+  if (slot->bytes < bytes) {
+    if (slot->ptr != nullptr) {
+      check(gpu::synchronize(stream), "split-kv workspace (waiting to grow it)");
+      check(gpu::free_device(slot->ptr), "split-kv workspace (free)");
+      slot->ptr = nullptr, slot->bytes = 0;
+    }
+    check(gpu::malloc_device(&slot->ptr, bytes), "split-kv workspace (device allocation)");
+    slot->bytes = bytes;
+  }
+  w.ptr = static_cast<float*>(slot->ptr);
+  return w;
+}
+
 // The problem the kernels see, its arrays in device memory (host arrays staged).
 KernelProblem staged_kernel_problem(const flash_problem& p, Staging& st) {
   KernelProblem k = to_kernel_problem(p);
@@ -340,13 +399,26 @@ struct HipBackend {
     a.o = st.on_device(o, eb * span_elems(p.o_stride, x.q_batch, x.q_rows, p.heads_q, p.head_dim_v),
                        true);
     a.lse = st.on_device(p.lse, sizeof(float) * x.lse_count, true);
-    const KernelProblem kp = staged_kernel_problem(p, st);
+    KernelProblem kp = staged_kernel_problem(p, st);
+    SplitWorkspace workspace;
+    if (plan.split.splits > 1) {  // f32 partials: o then lse (split_kv.h)
+      kp.kv_splits = plan.split.splits;
+      kp.split_keys = plan.split.split_keys;
+      const size_t rows = static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q),
+                   splits = static_cast<size_t>(kp.kv_splits);
+      workspace = split_workspace(
+          stream, sizeof(float) * splits * rows * static_cast<size_t>(p.head_dim_v + 1));
+      a.o_partial = workspace.ptr;
+      a.lse_partial = workspace.ptr + splits * rows * static_cast<size_t>(p.head_dim_v);
+    }
     gpu::Error e = gpu::kSuccess;
 #if FLASHATTN_HIP_MFMA
     if (plan.path == Path::mfma) e = launch_mfma_forward(kp, p.dtype, a, stream);
 #endif
     if (plan.path == Path::portable) e = launch_portable_forward(kp, p.dtype, a, stream);
     check(e, "forward kernel launch");
+    if (kp.kv_splits > 1)
+      check(launch_split_merge(kp, p.dtype, a, stream), "split-kv merge launch");
     st.finish();
   }
 

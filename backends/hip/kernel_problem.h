@@ -27,6 +27,10 @@ struct KernelProblem {
   const int32_t* seqlens_kv;     // cache lengths: keys 0 .. seqlens_kv[b]-1 of row b
   const int32_t* block_table;    // paged k / v: [num_pages, page_size, heads, dim]
   int64_t page_size, pages_per_seq, num_pages;
+  // Split-KV forward (split_kv.h): with kv_splits > 1, the grid's blocks are kv_splits
+  // copies of the usual grid; copy s sees only keys [s * split_keys, (s + 1) * split_keys)
+  // and writes f32 partials that launch_split_merge combines. 1 / 0: no split.
+  int64_t kv_splits, split_keys;
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -119,6 +123,29 @@ FLASH_HOST_DEVICE KeyRange visible_keys(const KernelProblem& p, int64_t i) {
   if (p.window_right >= 0 && p.window_right < hi - diag) hi = diag + p.window_right;
   if (p.window_left >= 0 && p.window_left < diag - lo) lo = diag - p.window_left;
   return {lo, hi};
+}
+
+// r narrowed to the keys of split `split` (the whole range when the forward is not split).
+FLASH_HOST_DEVICE KeyRange keys_of_split(const KernelProblem& p, int64_t split, KeyRange r) {
+  if (p.kv_splits <= 1) return r;
+  const int64_t lo = split * p.split_keys, hi = lo + p.split_keys - 1;
+  return {r.lo > lo ? r.lo : lo, r.hi < hi ? r.hi : hi};
+}
+
+// Where a split-KV forward keeps the partial result of (split, sequence b, head h), row 0
+// (rows follow at partial_o_row_stride / 1): o as f32 [split][batch][seqlen_q][heads_q]
+// [head_dim_v], lse as f32 [split][batch][heads_q][seqlen_q], with the launch's seqlen_q
+// (the longest sequence's: call these before a kernel narrows p to its sequence).
+FLASH_HOST_DEVICE int64_t partial_o_rows(const KernelProblem& p, int64_t split, int64_t b,
+                                         int64_t h) {
+  return ((split * p.batch + b) * p.seqlen_q * p.heads_q + h) * p.head_dim_v;
+}
+FLASH_HOST_DEVICE int64_t partial_o_row_stride(const KernelProblem& p) {
+  return p.heads_q * p.head_dim_v;
+}
+FLASH_HOST_DEVICE int64_t partial_lse_rows(const KernelProblem& p, int64_t split, int64_t b,
+                                           int64_t h) {
+  return ((split * p.batch + b) * p.heads_q + h) * p.seqlen_q;
 }
 
 // Inclusive range of query rows that see at least one key of [j0, j1] (inverse of

@@ -15,6 +15,11 @@ struct ForwardArgs {
   const void* v;
   void* o;
   float* lse;  // may be null
+  // Split-KV (p.kv_splits > 1): the kernels write f32 partials here instead of o / lse
+  // (layout: partial_o_rows / partial_lse_rows, kernel_problem.h); launch_split_merge
+  // then writes o / lse.
+  float* o_partial;
+  float* lse_partial;
 };
 
 struct BackwardArgs {
@@ -52,6 +57,11 @@ struct MergeArgs {
 
 gpu::Error launch_portable_merge(const MergeProblem& p, int dtype, const MergeArgs& a,
                                  gpu::Stream stream);
+
+// The second launch of a split-KV forward: o / lse of every row from the p.kv_splits
+// partials in a.o_partial / a.lse_partial (the same merge as merge_partials).
+gpu::Error launch_split_merge(const KernelProblem& p, int dtype, const ForwardArgs& a,
+                              gpu::Stream stream);
 
 #if FLASHATTN_HIP_MFMA
 // CDNA path (MFMA 32x32x8, wave64): f16 / bf16, head dims up to kMfmaMaxHeadDim

@@ -8,6 +8,7 @@
 // the row max is a register max plus one swap between wave halves, and the rescale
 // factor is a per-lane scalar. P^T = exp2(S^T - m) is already laid out as the B operand
 // of O^T += V^T·P^T. Online softmax in f32 registers, normalised once at the end.
+// Split-KV (split_kv.h): a block sees only its split's keys and writes f32 partials.
 // Packed batches, cache lengths and paged caches: each block works in its sequence's rows
 // and lengths (sequence_of, kernel_problem.h); a paged key is read through the block table.
 // Tolerance class: 16-bit inputs, P rounded to the input type for the P·V product (as
@@ -26,7 +27,8 @@ namespace {
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads)
     mfma_forward_kernel(KernelProblem p, const T* __restrict__ q, const T* __restrict__ k,
-                        const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+                        const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse,
+                        float* __restrict__ o_partial, float* __restrict__ lse_partial) {
   using Ops = mfma::Ops<T>;
   using Operand = mfma::Operand<T>;
   constexpr int D = Tile::kDim, KV = Tile::kFwdKeys, P = Tile::kPad;
@@ -40,11 +42,16 @@ __global__ void __launch_bounds__(Tile::kThreads)
   __shared__ int64_t k_at[KV], v_at[KV];
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-  const int64_t block = blockIdx.x;
+  const int64_t split_blocks = q_blocks * p.heads_q * p.batch;  // the grid of one key split
+  const int64_t split = blockIdx.x / split_blocks, block = blockIdx.x % split_blocks;
   const int64_t qb = block % q_blocks;
   const int64_t h = (block / q_blocks) % p.heads_q;
-  const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
+  const int64_t b = block / (q_blocks * p.heads_q);
+  const Sequence seq = sequence_of(p, b);
   const int64_t hk = h / p.group;
+  // Split-KV: this block's rows of the partials (offsets from the launch's lengths).
+  const int64_t o_part = partial_o_rows(p, split, b, h),
+                lse_part = partial_lse_rows(p, split, b, h);
   p.seqlen_q = seq.seqlen_q;  // from here on: the sequence's lengths
   p.seqlen_kv = seq.seqlen_kv;
 
@@ -76,9 +83,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
   for (int db = 0; db < kDBlocks; ++db) o_acc[db] = mfma::zero_acc();
 
-  const KeyRange mine = row_ok ? visible_keys(p, i) : KeyRange{1, 0};
-  const int64_t kv_begin = visible_keys(p, row0).lo;
-  const int64_t kv_end = visible_keys(p, last_row).hi;  // inclusive
+  // (Split-KV: only this split's keys, for the rows and for the block.)
+  const KeyRange mine = row_ok ? keys_of_split(p, split, visible_keys(p, i)) : KeyRange{1, 0};
+  const KeyRange block_keys =
+      keys_of_split(p, split, {visible_keys(p, row0).lo, visible_keys(p, last_row).hi});
+  const int64_t kv_begin = block_keys.lo, kv_end = block_keys.hi;  // inclusive
   float m = -INFINITY;  // running max of this lane's query (log2 units)
   float l = 0.f;        // this lane's share of the row sum (halves added at the end)
 
@@ -160,6 +169,19 @@ __global__ void __launch_bounds__(Tile::kThreads)
   const float l_row = mfma::across_halves_sum(l);
   if (!row_ok) return;
   const float inv_l = l_row > 0.f ? 1.f / l_row : 0.f;  // rows that see no key: o = 0
+  const float row_lse = l_row > 0.f ? (m + log2f(l_row)) * kLn2 : -INFINITY;
+  if (p.kv_splits > 1) {  // this split's partial, in f32 (launch_split_merge combines them)
+    float* o_row = o_partial + o_part + i * partial_o_row_stride(p);
+#pragma unroll
+    for (int db = 0; db < kDBlocks; ++db)
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const int d = db * mfma::kTile + mfma::acc_row(r);
+        if (d < p.head_dim_v) o_row[d] = o_acc[db][r] * inv_l;
+      }
+    if (half == 0) lse_partial[lse_part + i] = row_lse;
+    return;
+  }
   T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
 #pragma unroll
   for (int db = 0; db < kDBlocks; ++db)
@@ -168,8 +190,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       const int d = db * mfma::kTile + mfma::acc_row(r);
       if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[db][r] * inv_l);
     }
-  if (lse != nullptr && half == 0)
-    lse[seq.lse_row + h * seq.lse_head + i] = l_row > 0.f ? (m + log2f(l_row)) * kLn2 : -INFINITY;
+  if (lse != nullptr && half == 0) lse[seq.lse_row + h * seq.lse_head + i] = row_lse;
 }
 
 template <class T>
@@ -178,10 +199,11 @@ gpu::Error launch(const KernelProblem& p, const ForwardArgs& a, gpu::Stream stre
   with_mfma_tile(dim, [&](auto tile) {
     using Tile = decltype(tile);
     const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    FLASH_LAUNCH(static_cast<unsigned>(q_blocks * p.heads_q * p.batch), dim3(Tile::kThreads),
-                 stream, mfma_forward_kernel<T, Tile>)
+    const int64_t blocks = q_blocks * p.heads_q * p.batch * (p.kv_splits > 1 ? p.kv_splits : 1);
+    FLASH_LAUNCH(static_cast<unsigned>(blocks), dim3(Tile::kThreads), stream,
+                 mfma_forward_kernel<T, Tile>)
     (p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-     static_cast<T*>(a.o), a.lse);
+     static_cast<T*>(a.o), a.lse, a.o_partial, a.lse_partial);
   });
   return gpu::get_last_error();
 }

@@ -84,6 +84,7 @@ struct DeviceInfo {
   std::string name;
   std::string arch;  // "gfx90a" (feature suffixes such as ":sramecc+" dropped) / "sm_90"
   int wave_size = 0;
+  int compute_units = 0;  // CUs (AMD) / SMs (hip-on-cuda)
 };
 
 inline Error device_info(int device, DeviceInfo* info) {
@@ -101,6 +102,7 @@ inline Error device_info(int device, DeviceInfo* info) {
 #endif
   info->name = prop.name;
   info->wave_size = prop.warpSize;
+  info->compute_units = prop.multiProcessorCount;
   return kSuccess;
 }
 

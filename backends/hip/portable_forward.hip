@@ -5,7 +5,8 @@
 // dim). K/V tiles of kTileRows keys are staged in shared memory as f32; per tile each
 // row computes its scores (shuffle-summed dot products), a tile max, rescales o and
 // its running sum by exp2(m_old - m_new) and adds p·V (online softmax, log2 domain).
-// Tiles outside the block's visible key range (causal, window) are skipped. Packed
+// Tiles outside the block's visible key range (causal, window) are skipped. Split-KV
+// (split_kv.h): a block sees only its split's keys and writes f32 partials. Packed
 // batches, cache lengths and paged caches: each block works in its sequence's rows and
 // lengths (sequence_of, kernel_problem.h); a paged key is read through the block table.
 // Tolerance class: f32 accumulation everywhere, inputs/outputs in the storage dtype.
@@ -22,7 +23,8 @@ namespace {
 template <class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads)
     portable_forward_kernel(KernelProblem p, const T* __restrict__ q, const T* __restrict__ k,
-                            const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+                            const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse,
+                            float* __restrict__ o_partial, float* __restrict__ lse_partial) {
   constexpr int G = Tile::kGroup, N = Tile::kPerLane, D = Tile::kDim, KV = Tile::kTileRows;
   __shared__ float k_tile[KV][D];
   __shared__ float v_tile[KV][D];
@@ -31,11 +33,16 @@ __global__ void __launch_bounds__(Tile::kThreads)
   __shared__ int64_t k_at[KV], v_at[KV];
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-  const int64_t block = blockIdx.x;
+  const int64_t split_blocks = q_blocks * p.heads_q * p.batch;  // the grid of one key split
+  const int64_t split = blockIdx.x / split_blocks, block = blockIdx.x % split_blocks;
   const int64_t qb = block % q_blocks;
   const int64_t h = (block / q_blocks) % p.heads_q;
-  const Sequence seq = sequence_of(p, block / (q_blocks * p.heads_q));
+  const int64_t b = block / (q_blocks * p.heads_q);
+  const Sequence seq = sequence_of(p, b);
   const int64_t hk = h / p.group;
+  // Split-KV: this block's rows of the partials (offsets from the launch's lengths).
+  const int64_t o_part = partial_o_rows(p, split, b, h),
+                lse_part = partial_lse_rows(p, split, b, h);
   // From here on p's lengths are the sequence's (masks, bounds).
   p.seqlen_q = seq.seqlen_q;
   p.seqlen_kv = seq.seqlen_kv;
@@ -57,9 +64,11 @@ __global__ void __launch_bounds__(Tile::kThreads)
     o_acc[n] = 0.f;
   }
   // Rows past seqlen_q see nothing but still run every shuffle with their group.
-  KeyRange mine = row_ok ? visible_keys(p, i) : KeyRange{1, 0};
-  const int64_t kv_begin = visible_keys(p, row0).lo;
-  const int64_t kv_end = visible_keys(p, last_row).hi;  // inclusive
+  // (Split-KV: only this split's keys, for the rows and for the block.)
+  const KeyRange mine = row_ok ? keys_of_split(p, split, visible_keys(p, i)) : KeyRange{1, 0};
+  const KeyRange block_keys =
+      keys_of_split(p, split, {visible_keys(p, row0).lo, visible_keys(p, last_row).hi});
+  const int64_t kv_begin = block_keys.lo, kv_end = block_keys.hi;  // inclusive
 
   float m = -INFINITY, l = 0.f;  // running max (log2 units) and partial-free row sum
   for (int64_t t0 = kv_begin; t0 <= kv_end; t0 += KV) {
@@ -113,14 +122,24 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   if (!row_ok) return;
   const float inv_l = l > 0.f ? 1.f / l : 0.f;  // rows that see no key: o = 0
+  const float row_lse = l == 0.f ? -INFINITY : (m + log2f(l)) * kLn2;
+  if (p.kv_splits > 1) {  // this split's partial, in f32 (launch_split_merge combines them)
+    float* o_row = o_partial + o_part + i * partial_o_row_stride(p);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const int d = lane + G * n;
+      if (d < p.head_dim_v) o_row[d] = o_acc[n] * inv_l;
+    }
+    if (lane == 0) lse_partial[lse_part + i] = row_lse;
+    return;
+  }
   T* o_row = o + q_row_offset(p.o_stride, seq, i, h);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     const int d = lane + G * n;
     if (d < p.head_dim_v) o_row[d] = from_float<T>(o_acc[n] * inv_l);
   }
-  if (lse != nullptr && lane == 0)
-    lse[seq.lse_row + h * seq.lse_head + i] = l == 0.f ? -INFINITY : (m + log2f(l)) * kLn2;
+  if (lse != nullptr && lane == 0) lse[seq.lse_row + h * seq.lse_head + i] = row_lse;
 }
 
 template <class T>
@@ -129,11 +148,11 @@ gpu::Error launch(const KernelProblem& p, const ForwardArgs& a, gpu::Stream stre
   with_portable_tile(dim, [&](auto tile) {
     using Tile = decltype(tile);
     const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
-    const int64_t blocks = q_blocks * p.heads_q * p.batch;
+    const int64_t blocks = q_blocks * p.heads_q * p.batch * (p.kv_splits > 1 ? p.kv_splits : 1);
     FLASH_LAUNCH(static_cast<unsigned>(blocks), dim3(Tile::kThreads), stream,
                  portable_forward_kernel<T, Tile>)
     (p, static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-     static_cast<T*>(a.o), a.lse);
+     static_cast<T*>(a.o), a.lse, a.o_partial, a.lse_partial);
   });
   return gpu::get_last_error();
 }

@@ -71,7 +71,8 @@ fail() { echo "FAIL: $*"; status=1; }
 printf '%-10s %-8s %-7s %-7s %-5s %-5s %s\n' kind scratch vspill sspill vgpr mfma kernel
 declare -A seen=()
 while read -r name scratch vspill sspill vgpr wave mfma; do
-  short=$(echo "$name" | grep -oE '(mfma|portable)_[a-z]+_kernel' | head -1)
+  # (A kernel of neither family is "other": listed, not checked.)
+  short=$(echo "$name" | grep -oE '(mfma|portable)_[a-z_]+_kernel' | head -1 || true)
   kind=${short:-other}
   printf '%-10s %-8s %-7s %-7s %-5s %-5s %s\n' "${kind%_kernel}" "$scratch" "$vspill" \
     "$sspill" "$vgpr" "$mfma" "$(echo "$name" | c++filt | cut -c1-90)"

@@ -95,6 +95,14 @@ const Case kCases[] = {
     {1, 1000, 1000, 1, 1, 64, 64, 1, -1, -1, 0.f, 0, 1.f},
 };
 
+// Decode: a few query rows per head over many keys, a grid of 4 blocks (portable and MFMA
+// tiles alike) that the emulator's 8 compute units split over the keys by themselves.
+const Case kDecodeCases[] = {
+    {1, 1, 3000, 4, 1, 128, 128, 0, -1, -1, 0.f, 0, 1.f},
+    {1, 4, 2000, 4, 2, 64, 64, 1, -1, -1, 0.f, 1, 1.f},    // speculative rows, causal, strided
+    {1, 2, 1500, 2, 2, 64, 64, 0, 700, -1, 20.f, 0, 3.f},  // window, softcap
+};
+
 struct Layout {  // [batch, seq, heads, dim] with padded heads
   int64_t s[3];
   size_t elems;
@@ -188,7 +196,14 @@ float* nan_lse_on_device(size_t n) {
   return static_cast<float*>(d);
 }
 
-// The kernel choose() names for p; false (and a FAIL line) when it declines.
+// Whether the forward must run split over the keys (split_kv.h): every problem with two or
+// more keys under a forced FLASH_HIP_SPLITS, the decode cases on the emulator's 8 CUs.
+bool g_expect_split = false;
+// Forward only (the forced-split reruns: the backward does not split).
+bool g_forward_only = false;
+
+// The kernel choose() names for p; false (and a FAIL line) when it declines, or when a
+// split-KV launch was expected and not planned.
 bool chosen_kernel(const flash_backend_module* module, const flash_problem& p, const char* label,
                    std::string& kernel) {
   flash_message msg{};
@@ -197,6 +212,10 @@ bool chosen_kernel(const flash_backend_module* module, const flash_problem& p, c
     return false;
   }
   kernel = msg.text;
+  if (g_expect_split && p.seqlen_kv >= 2 && kernel.find("split-kv") == std::string::npos) {
+    std::printf("FAIL %s: expected a split-KV forward, choose() gave [%s]\n", label, msg.text);
+    return false;
+  }
   return true;
 }
 
@@ -388,55 +407,57 @@ bool run_case(const flash_backend_module* module, const Case& c) {
 
   // Backward from the reference forward (o rounded to dtype), run twice.
   Tensor o_in;
-  o_in.host.resize(lo.elems);
-  for (size_t x = 0; x < lo.elems; ++x) o_in.host[x] = round_dtype(float(o_ref[x]));
-  upload(o_in);
-  std::vector<float> lse_in(n_lse);
-  for (size_t x = 0; x < n_lse; ++x) lse_in[x] = static_cast<float>(lse_ref[x]);
-  ok(gpu::copy_to_device(lse_dev, lse_in.data(), n_lse * 4, nullptr), "copy lse");
-  std::vector<float> first[3];
-  for (int run = 0; run < 2; ++run) {
-    std::vector<float> got[3];
-    if (run == 1 && host_rerun) {  // second run from host memory (staged)
-      const size_t eb = elem_bytes();
-      auto hq = bytes_of(q.dev, lq.elems * eb), hk = bytes_of(k.dev, lk.elems * eb),
-           hv = bytes_of(v.dev, lv.elems * eb), ho = bytes_of(o_in.dev, lo.elems * eb),
-           hdo = bytes_of(dout.dev, lo.elems * eb);
-      std::vector<unsigned char> hdq(lq.elems * eb, 0xff), hdk(lk.elems * eb, 0xff),
-          hdv(lv.elems * eb, 0xff);
-      if (module->backward(&p, hq.data(), hk.data(), hv.data(), ho.data(), hdo.data(),
-                           lse_in.data(), hdq.data(), hdk.data(), hdv.data(), &msg) != FLASH_OK) {
-        std::printf("FAIL %s: backward from host memory: %s\n", label, msg.text);
-        return false;
+  if (!g_forward_only) {
+    o_in.host.resize(lo.elems);
+    for (size_t x = 0; x < lo.elems; ++x) o_in.host[x] = round_dtype(float(o_ref[x]));
+    upload(o_in);
+    std::vector<float> lse_in(n_lse);
+    for (size_t x = 0; x < n_lse; ++x) lse_in[x] = static_cast<float>(lse_ref[x]);
+    ok(gpu::copy_to_device(lse_dev, lse_in.data(), n_lse * 4, nullptr), "copy lse");
+    std::vector<float> first[3];
+    for (int run = 0; run < 2; ++run) {
+      std::vector<float> got[3];
+      if (run == 1 && host_rerun) {  // second run from host memory (staged)
+        const size_t eb = elem_bytes();
+        auto hq = bytes_of(q.dev, lq.elems * eb), hk = bytes_of(k.dev, lk.elems * eb),
+             hv = bytes_of(v.dev, lv.elems * eb), ho = bytes_of(o_in.dev, lo.elems * eb),
+             hdo = bytes_of(dout.dev, lo.elems * eb);
+        std::vector<unsigned char> hdq(lq.elems * eb, 0xff), hdk(lk.elems * eb, 0xff),
+            hdv(lv.elems * eb, 0xff);
+        if (module->backward(&p, hq.data(), hk.data(), hv.data(), ho.data(), hdo.data(),
+                             lse_in.data(), hdq.data(), hdk.data(), hdv.data(), &msg) != FLASH_OK) {
+          std::printf("FAIL %s: backward from host memory: %s\n", label, msg.text);
+          return false;
+        }
+        got[0] = decode(hdq), got[1] = decode(hdk), got[2] = decode(hdv);
+      } else {
+        Tensor dq = output(lq.elems), dk = output(lk.elems), dv = output(lv.elems);
+        if (module->backward(&p, q.dev, k.dev, v.dev, o_in.dev, dout.dev,
+                             static_cast<const float*>(lse_dev), dq.dev, dk.dev, dv.dev,
+                             &msg) != FLASH_OK) {
+          std::printf("FAIL %s: backward: %s\n", label, msg.text);
+          return false;
+        }
+        got[0] = download(dq, lq.elems), got[1] = download(dk, lk.elems);
+        got[2] = download(dv, lv.elems);
+        for (Tensor* t : {&dq, &dk, &dv}) (void)gpu::free_device(t->dev);
       }
-      got[0] = decode(hdq), got[1] = decode(hdk), got[2] = decode(hdv);
-    } else {
-      Tensor dq = output(lq.elems), dk = output(lk.elems), dv = output(lv.elems);
-      if (module->backward(&p, q.dev, k.dev, v.dev, o_in.dev, dout.dev,
-                           static_cast<const float*>(lse_dev), dq.dev, dk.dev, dv.dev,
-                           &msg) != FLASH_OK) {
-        std::printf("FAIL %s: backward: %s\n", label, msg.text);
-        return false;
+      if (run == 0) {
+        pass &= compare("dq", got[0], dq_ref, offsets(lq, c.batch, c.sq, c.hq, c.d), tol.bwd);
+        pass &= compare("dk", got[1], dk_ref, offsets(lk, c.batch, c.skv, c.hkv, c.d), tol.bwd);
+        pass &= compare("dv", got[2], dv_ref, offsets(lv, c.batch, c.skv, c.hkv, c.dv), tol.bwd);
+        for (int x = 0; x < 3; ++x) first[x] = got[x];
+      } else {
+        // Bitwise equal to the first run: deterministic (and staging-transparent).
+        for (int x = 0; x < 3; ++x)
+          if (std::memcmp(first[x].data(), got[x].data(), got[x].size() * 4) != 0)
+            std::printf("    backward run 2 differs from run 1 (%s%s)\n",
+                        x == 0   ? "dq"
+                        : x == 1 ? "dk"
+                                 : "dv",
+                        host_rerun ? ", host memory" : ""),
+                pass = false;
       }
-      got[0] = download(dq, lq.elems), got[1] = download(dk, lk.elems);
-      got[2] = download(dv, lv.elems);
-      for (Tensor* t : {&dq, &dk, &dv}) (void)gpu::free_device(t->dev);
-    }
-    if (run == 0) {
-      pass &= compare("dq", got[0], dq_ref, offsets(lq, c.batch, c.sq, c.hq, c.d), tol.bwd);
-      pass &= compare("dk", got[1], dk_ref, offsets(lk, c.batch, c.skv, c.hkv, c.d), tol.bwd);
-      pass &= compare("dv", got[2], dv_ref, offsets(lv, c.batch, c.skv, c.hkv, c.dv), tol.bwd);
-      for (int x = 0; x < 3; ++x) first[x] = got[x];
-    } else {
-      // Bitwise equal to the first run: deterministic (and staging-transparent).
-      for (int x = 0; x < 3; ++x)
-        if (std::memcmp(first[x].data(), got[x].data(), got[x].size() * 4) != 0)
-          std::printf("    backward run 2 differs from run 1 (%s%s)\n",
-                      x == 0   ? "dq"
-                      : x == 1 ? "dk"
-                               : "dv",
-                      host_rerun ? ", host memory" : ""),
-              pass = false;
     }
   }
   for (Tensor* t : {&q, &k, &v, &dout, &o, &o_in}) (void)gpu::free_device(t->dev);
@@ -690,7 +711,7 @@ bool run_sequence_case(const flash_backend_module* module, const SeqCase& c) {
     pass &= lse_matches(got, want, tol.lse);
   }
   // Backward (packed batches only: caches and paged caches are forward-only), twice.
-  if (packed) {
+  if (packed && !g_forward_only) {
     Tensor o_in;
     o_in.host.assign(o.host.size(), 0.f);
     std::vector<float> lse_in(n_lse, 0.f);
@@ -783,6 +804,16 @@ int main(int argc, char** argv) {
     g_dtype = dtype;
     for (const Case& c : kCases) failures += run_case(module, c) ? 0 : 1;
     for (const SeqCase& c : kSeqCases) failures += run_sequence_case(module, c) ? 0 : 1;
+    g_expect_split = true;
+    for (const Case& c : kDecodeCases) failures += run_case(module, c) ? 0 : 1;
+    // Every case again with its keys cut into three ranges (windows, masks that leave a
+    // range or a row without keys, packed / cached / paged sequences, NaN-poisoned rows).
+    setenv("FLASH_HIP_SPLITS", "3", 1);
+    g_forward_only = true;
+    for (const Case& c : kCases) failures += run_case(module, c) ? 0 : 1;
+    for (const SeqCase& c : kSeqCases) failures += run_sequence_case(module, c) ? 0 : 1;
+    unsetenv("FLASH_HIP_SPLITS");
+    g_expect_split = g_forward_only = false;
   }
   std::printf("%s: %d failing case(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;

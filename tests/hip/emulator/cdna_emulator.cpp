@@ -264,6 +264,9 @@ hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int) {
   std::snprintf(prop->name, sizeof prop->name, "CPU emulator (wave%d)", flash_emu::wave_size());
   std::snprintf(prop->gcnArchName, sizeof prop->gcnArchName, "%s:sramecc+:xnack-", arch);
   prop->warpSize = flash_emu::wave_size();
+  // A small device: the split-KV plan (split_kv.h) cuts a decode's keys as it would on a
+  // GPU whose compute units a few blocks cannot fill.
+  prop->multiProcessorCount = 8;
   return hipSuccess;
 }
 hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attr, const void* p) {

@@ -110,6 +110,7 @@ struct hipDeviceProp_t {
   char name[256];
   char gcnArchName[256];
   int warpSize;
+  int multiProcessorCount;
 };
 struct hipPointerAttribute_t {
   hipMemoryType memoryType;
