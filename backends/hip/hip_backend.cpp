@@ -115,10 +115,17 @@ bool portable_forced() {
   return flash::detail::env_switch("FLASH_HIP_KERNEL", {"portable", "mfma"}) == "portable";
 }
 
-enum class Path { portable, mfma };
+// FLASH_HIP_DECODE=0 runs decode shapes on the forward kernels instead of the decode kernel
+// (A/B runs; =1 or unset: the default).
+bool decode_kernel_off() {
+  return flash::detail::env_switch("FLASH_HIP_DECODE", {"0", "1"}) == "0";
+}
+
+enum class Path { portable, mfma, decode };
 struct Plan {
   Path path;
   int tile_dim;     // padded head dim of the chosen tile
+  int decode_rows;  // Path::decode: packed rows per block (portable_tiles.h)
   SplitPlan split;  // forward only: the keys cut into split.splits ranges (split_kv.h)
 };
 
@@ -160,23 +167,31 @@ Choice decide(const flash_problem& p, int direction, Plan* plan) {
 #else
   (void)portable;
 #endif
-  Plan chosen{mfma ? Path::mfma : Path::portable, 0, {}};
+  // Decode: few query rows per kv head (GQA heads x query tokens), on every device.
+  const int64_t rows_per_kv_head = p.seqlen_q * (p.heads_q / p.heads_kv);
+  const int decode =
+      direction == FLASH_FORWARD && !decode_kernel_off() ? decode_rows(rows_per_kv_head) : 0;
+  Plan chosen{decode ? Path::decode : mfma ? Path::mfma : Path::portable, 0, decode, {}};
   std::string name;
   int64_t rows_per_block = 1;  // query rows of one forward block
   const auto take = [&](auto t) {
     chosen.tile_dim = decltype(t)::kDim;
     rows_per_block = decltype(t)::kRowsPerBlock;
   };
-  if (mfma) {
+  if (chosen.path == Path::mfma) {
     with_mfma_tile(dim, take);
     name = "mfma32x32x8_d" + std::to_string(chosen.tile_dim);
   } else {
     with_portable_tile(dim, take);
-    name = "portable_fma_d" + std::to_string(chosen.tile_dim);
+    name = (decode ? "portable_decode_d" : "portable_fma_d") + std::to_string(chosen.tile_dim) +
+           (decode ? "_r" + std::to_string(decode) : "");
   }
   if (direction == FLASH_FORWARD) {
+    // Blocks of the unsplit grid: (row block, head, sequence), or for the decode kernel
+    // (row chunk, kv head, sequence).
     const int64_t forward_blocks =
-        (p.seqlen_q + rows_per_block - 1) / rows_per_block * p.heads_q * p.batch;
+        decode ? (rows_per_kv_head + decode - 1) / decode * p.heads_kv * p.batch
+               : (p.seqlen_q + rows_per_block - 1) / rows_per_block * p.heads_q * p.batch;
     const int64_t partial_bytes =
         p.batch * p.seqlen_q * p.heads_q * (p.head_dim_v + 1) * int64_t{sizeof(float)};
     chosen.split = plan_split_kv(forward_blocks, dev.info.compute_units, p.seqlen_kv, partial_bytes,
@@ -416,6 +431,8 @@ struct HipBackend {
     if (plan.path == Path::mfma) e = launch_mfma_forward(kp, p.dtype, a, stream);
 #endif
     if (plan.path == Path::portable) e = launch_portable_forward(kp, p.dtype, a, stream);
+    if (plan.path == Path::decode)
+      e = launch_portable_decode(kp, p.dtype, plan.decode_rows, a, stream);
     check(e, "forward kernel launch");
     if (kp.kv_splits > 1)
       check(launch_split_merge(kp, p.dtype, a, stream), "split-kv merge launch");

@@ -38,6 +38,10 @@ struct BackwardArgs {
 // kPortableMaxHeadDim (portable_tiles.h).
 gpu::Error launch_portable_forward(const KernelProblem& p, int dtype, const ForwardArgs& a,
                                    gpu::Stream stream);
+// Decode (portable_decode.hip): `rows` = kDecodeRowsSmall or kDecodeRowsLarge packed rows of
+// one kv head per block (portable_tiles.h: decode_rows).
+gpu::Error launch_portable_decode(const KernelProblem& p, int dtype, int rows, const ForwardArgs& a,
+                                  gpu::Stream stream);
 gpu::Error launch_portable_backward(const KernelProblem& p, int dtype, const BackwardArgs& a,
                                     gpu::Stream stream);
 

@@ -34,6 +34,18 @@ using PortableD512 = PortableTile<16, 32, 8>;
 
 constexpr int kPortableMaxHeadDim = PortableD512::kDim;
 
+// The decode kernel (portable_decode.hip) on these tiles: a block holds kDecodeRowsSmall or
+// kDecodeRowsLarge packed query rows of one kv head (its GQA group's heads times the query
+// tokens); problems with more rows per kv head run on the forward kernels.
+constexpr int kDecodeRowsSmall = 4;
+constexpr int kDecodeRowsLarge = 16;
+// Rows per decode block for `rows` packed rows per kv head, or 0: not a decode.
+inline int decode_rows(int64_t rows) {
+  return rows <= kDecodeRowsSmall   ? kDecodeRowsSmall
+         : rows <= kDecodeRowsLarge ? kDecodeRowsLarge
+                                    : 0;
+}
+
 // Calls fn(Tile{}) with the smallest tile whose kDim covers max(head_dim, head_dim_v);
 // returns false when the dim exceeds kPortableMaxHeadDim.
 template <class Fn>

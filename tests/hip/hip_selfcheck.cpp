@@ -93,6 +93,12 @@ const Case kCases[] = {
     {1, 90, 40, 2, 2, 64, 64, 0, 5, 2, 0.f, 2, 1.f},     // Sq > Sk, two-sided window
     {1, 77, 200, 1, 1, 64, 64, 0, -1, -1, 0.f, 0, 5.f},  // large logits, no softcap
     {1, 1000, 1000, 1, 1, 64, 64, 1, -1, -1, 0.f, 0, 1.f},
+    // At most 16 rows per kv head (query tokens x GQA group): the decode kernel.
+    {2, 1, 300, 8, 2, 256, 256, 0, -1, -1, 0.f, 0, 1.f},
+    {1, 3, 200, 3, 1, 96, 80, 1, 50, -1, 0.f, 2, 1.f},  // 9 rows, causal + window, strided
+    {1, 1, 100, 2, 1, 512, 512, 0, -1, -1, 10.f, 0, 2.f},
+    {3, 2, 40, 16, 2, 32, 32, 0, -1, -1, 0.f, 0, 1.f},  // 16 rows
+    {1, 4, 2, 4, 4, 64, 64, 1, -1, -1, 0.f, 0, 1.f},    // rows 0, 1 see nothing
 };
 
 // Decode: a few query rows per head over many keys, a grid of 4 blocks (portable and MFMA
