@@ -320,6 +320,16 @@ class Staging {
 
 size_t dtype_bytes(int dtype) { return dtype == FLASH_F32 ? 4 : 2; }
 
+// Whether every K and V row of p (at device addresses k, v) starts 16-byte aligned and
+// both head dims are whole 16-byte pieces (portable_kv_tile.h: 16-byte loads).
+bool rows_are_16_byte_pieces(const flash_problem& p, const void* k, const void* v) {
+  const int64_t w = 16 / static_cast<int64_t>(dtype_bytes(p.dtype));  // elements per piece
+  bool ok = p.head_dim % w == 0 && p.head_dim_v % w == 0 &&
+            reinterpret_cast<uintptr_t>(k) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
+  for (int a = 0; a < 3; ++a) ok = ok && p.k_stride[a] % w == 0 && p.v_stride[a] % w == 0;
+  return ok;
+}
+
 // The split-KV partials' device memory: one buffer per (device, stream), kept for later
 // calls (a steady workload allocates nothing) and grown when a launch needs more, the old
 // one freed once its stream has finished with it. Held (lock) until the forward's two
@@ -415,6 +425,7 @@ struct HipBackend {
                        true);
     a.lse = st.on_device(p.lse, sizeof(float) * x.lse_count, true);
     KernelProblem kp = staged_kernel_problem(p, st);
+    kp.vector_kv = rows_are_16_byte_pieces(p, a.k, a.v);
     SplitWorkspace workspace;
     if (plan.split.splits > 1) {  // f32 partials: o then lse (split_kv.h)
       kp.kv_splits = plan.split.splits;

@@ -31,6 +31,9 @@ struct KernelProblem {
   // copies of the usual grid; copy s sees only keys [s * split_keys, (s + 1) * split_keys)
   // and writes f32 partials that launch_split_merge combines. 1 / 0: no split.
   int64_t kv_splits, split_keys;
+  // Every K/V row 16-byte aligned (pointers and strides) and both head dims whole 16-byte
+  // pieces: the portable kernels stage K/V tiles with 16-byte loads (portable_kv_tile.h).
+  int vector_kv;
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -8,6 +8,7 @@
 // slots (kGroup lanes each: a dot product is kPerLane FMAs plus a shuffle sum) are split
 // into kSlots key slots, slot s taking keys s, s + kSlots, ... of every tile with an online
 // softmax of its own (log2 domain), so that every lane works on a decode's 1-16 rows.
+// Tiles are staged by stage_kv_tile (portable_kv_tile.h), as in portable_forward.hip.
 // The slots' (max, sum, o) merge in shared memory at the end. Split-KV (split_kv.h): a
 // block sees only its split's keys and writes f32 partials. Packed batches, cache
 // lengths and paged caches as in portable_forward.hip (sequence_of, kv_row_offset).
@@ -16,6 +17,7 @@
 //   (session 46). None measured on AMD hardware (none reachable).
 // Run: FLASH_BACKEND=hip; FLASH_LOG=1 names portable_decode_d<D>_r<rows>.
 #include "kernels.h"
+#include "portable_kv_tile.h"
 #include "portable_tiles.h"
 
 namespace flash::hip {
@@ -35,7 +37,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   __shared__ float smem[kTileFloats > kMergeFloats ? kTileFloats : kMergeFloats];
   float* const k_tile = smem;             // [KV][D]
   float* const v_tile = smem + KV * D;    // [KV][D]
-  __shared__ int64_t k_at[KV], v_at[KV];  // as in portable_forward.hip (-1: hidden)
+  __shared__ int64_t k_at[KV], v_at[KV];  // the tile's key rows (stage_kv_tile)
 
   const int64_t unit_rows = p.seqlen_q * p.group;  // the launch's longest sequence
   const int64_t chunks = (unit_rows + kRows - 1) / kRows;
@@ -73,19 +75,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   float m = -INFINITY, l = 0.f;  // this slot's running max (log2 units) and sum
   for (int64_t t0 = block_keys.lo; t0 <= block_keys.hi; t0 += KV) {
-    __syncthreads();  // previous tile fully consumed
-    for (int j = threadIdx.x; j < KV; j += Tile::kThreads) {
-      const int64_t key = t0 + j;
-      k_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
-      v_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
-      const int j = idx / D, d = idx % D;
-      k_tile[idx] = k_at[j] >= 0 && d < p.head_dim ? to_float(k[k_at[j] + d]) : 0.f;
-      v_tile[idx] = v_at[j] >= 0 && d < p.head_dim_v ? to_float(v[v_at[j] + d]) : 0.f;
-    }
-    __syncthreads();
+    stage_kv_tile<Tile>(p, seq, hk, t0, k, v, k_tile, v_tile, k_at, v_at);
 
     // This slot's keys of the tile: j = slot + kSlots * u.
     constexpr int kKeys = KV / kSlots;

@@ -15,6 +15,7 @@
 // Run: FLASH_BACKEND=hip on a machine with an AMD GPU, or the hip-on-cuda build on
 //   NVIDIA (backends/hip/README.md).
 #include "kernels.h"
+#include "portable_kv_tile.h"
 #include "portable_tiles.h"
 
 namespace flash::hip {
@@ -28,9 +29,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
   constexpr int G = Tile::kGroup, N = Tile::kPerLane, D = Tile::kDim, KV = Tile::kTileRows;
   __shared__ float k_tile[KV][D];
   __shared__ float v_tile[KV][D];
-  // Row offsets of the tile's keys in k / v, looked up once per tile; -1: past the sequence,
-  // or a paged key whose page id is out of range (hidden: it takes no part in any row).
-  __shared__ int64_t k_at[KV], v_at[KV];
+  __shared__ int64_t k_at[KV], v_at[KV];  // the tile's key rows (stage_kv_tile)
 
   const int64_t q_blocks = (p.seqlen_q + Tile::kRowsPerBlock - 1) / Tile::kRowsPerBlock;
   const int64_t split_blocks = q_blocks * p.heads_q * p.batch;  // the grid of one key split
@@ -72,19 +71,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   float m = -INFINITY, l = 0.f;  // running max (log2 units) and partial-free row sum
   for (int64_t t0 = kv_begin; t0 <= kv_end; t0 += KV) {
-    __syncthreads();  // previous tile fully consumed
-    for (int j = threadIdx.x; j < KV; j += Tile::kThreads) {
-      const int64_t key = t0 + j;
-      k_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.k_stride, seq, key, hk) : -1;
-      v_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < KV * D; idx += Tile::kThreads) {
-      const int j = idx / D, d = idx % D;
-      k_tile[j][d] = k_at[j] >= 0 && d < p.head_dim ? to_float(k[k_at[j] + d]) : 0.f;
-      v_tile[j][d] = v_at[j] >= 0 && d < p.head_dim_v ? to_float(v[v_at[j] + d]) : 0.f;
-    }
-    __syncthreads();
+    stage_kv_tile<Tile>(p, seq, hk, t0, k, v, &k_tile[0][0], &v_tile[0][0], k_at, v_at);
 
     float s[KV];
     float tile_max = -INFINITY;
