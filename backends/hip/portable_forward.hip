@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
   float m = -INFINITY, l = 0.f;  // running max (log2 units) and partial-free row sum
   for (int64_t t0 = kv_begin; t0 <= kv_end; t0 += KV) {
-    stage_kv_tile<Tile>(p, seq, hk, t0, k, v, &k_tile[0][0], &v_tile[0][0], k_at, v_at);
+    // 16-byte loads only on tiles of <= 32 keys: on the 64-key tiles (scores of 64 keys in
+    // registers) they made the 16-bit kernels spill on gfx90a.
+    stage_kv_tile<Tile, (KV <= 32)>(p, seq, hk, t0, k, v, &k_tile[0][0], &v_tile[0][0], k_at, v_at);
 
     float s[KV];
     float tile_max = -INFINITY;

@@ -15,11 +15,11 @@ struct alignas(16) Row16 {
 };
 
 // Block-wide (every thread calls it; it synchronises before and after). With
-// p.vector_kv (the host found every K/V row 16-byte aligned and the head dims whole 16-byte
-// pieces) a thread loads 16 bytes at a time, else one element. (Loading all of a thread's
-// elements into registers before storing any ran 1.7x slower on the H200, forward and decode
-// alike: bench/RESULTS.md, session 46.)
-template <class Tile, class T>
+// p.vector_kv and kVectorLoads (a caller's register budget allows it; the host found every K/V row
+// 16-byte aligned and the head dims whole 16-byte pieces) a thread loads 16 bytes at a time, else
+// one element. (Loading all of a thread's elements into registers before storing any ran 1.7x
+// slower on the H200, forward and decode alike: bench/RESULTS.md, session 46.)
+template <class Tile, bool kVectorLoads = true, class T>
 FLASH_DEVICE void stage_kv_tile(const KernelProblem& p, const Sequence& seq, int64_t hk, int64_t t0,
                                 const T* __restrict__ k, const T* __restrict__ v, float* k_tile,
                                 float* v_tile, int64_t* k_at, int64_t* v_at) {
@@ -31,7 +31,7 @@ FLASH_DEVICE void stage_kv_tile(const KernelProblem& p, const Sequence& seq, int
     v_at[j] = key < p.seqlen_kv ? kv_row_offset(p, p.v_stride, seq, key, hk) : -1;
   }
   __syncthreads();
-  if (p.vector_kv) {
+  if (kVectorLoads && p.vector_kv) {
     constexpr int W = 16 / sizeof(T);
     static_assert(D % W == 0, "a tile row is whole 16-byte pieces");
     for (int idx = threadIdx.x * W; idx < KV * D; idx += Tile::kThreads * W) {
