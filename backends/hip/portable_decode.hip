@@ -13,8 +13,9 @@
 // block sees only its split's keys and writes f32 partials. Packed batches, cache
 // lengths and paged caches as in portable_forward.hip (sequence_of, kv_row_offset).
 // Tolerance class: f32 accumulation everywhere, inputs/outputs in the storage dtype.
-// Speed (H200, hip-on-cuda build, bf16, Hq 32 / Hkv 8, D 128, one token): bench/RESULTS.md
-//   (session 46). None measured on AMD hardware (none reachable).
+// Speed (H200, hip-on-cuda build, bf16, Hq 32 / Hkv 8, D 128, one token): 370-715 GB/s of
+//   K/V, 8-17 % of a device copy (main's forward kernels: 6-48 GB/s); bench/RESULTS.md,
+//   session 46. None measured on AMD hardware (none reachable).
 // Run: FLASH_BACKEND=hip; FLASH_LOG=1 names portable_decode_d<D>_r<rows>.
 #include "kernels.h"
 #include "portable_kv_tile.h"

@@ -11,7 +11,8 @@
 // lengths (sequence_of, kernel_problem.h); a paged key is read through the block table.
 // Tolerance class: f32 accumulation everywhere, inputs/outputs in the storage dtype.
 // Speed: none measured on AMD hardware (none reachable). On NVIDIA it runs as the
-//   hip-on-cuda build, a correctness vehicle, not tuned there; nothing measured yet.
+//   hip-on-cuda build, a correctness vehicle, not tuned there: B 2, H 16, D 128 bf16 at
+//   1k / 4k keys 8.8 / 9.2 TFLOP/s (bench/RESULTS.md, session 46).
 // Run: FLASH_BACKEND=hip on a machine with an AMD GPU, or the hip-on-cuda build on
 //   NVIDIA (backends/hip/README.md).
 #include "kernels.h"
